@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# One entry point for people and CI: `./dev.sh demo` and `./dev.sh test` set everything up
+# (a virtualenv in .venv, the package with its test extras, the JupyterLab extension and a
+# headless Chromium where the tests need them) and then run.
+set -euo pipefail
+cd "$(dirname "$0")"
+
+PYTHON=${PYTHON:-python3}
+VENV=.venv
+
+log() { printf '\033[1m[dev] %s\033[0m\n' "$*" >&2; }
+
+setup_python() {
+  if [ ! -x "$VENV/bin/python" ]; then
+    log "creating $VENV"
+    "$PYTHON" -m venv "$VENV"
+  fi
+  "$VENV/bin/python" -m pip install -q --upgrade pip
+  log "installing kerasmagic with its test extras (TensorFlow CPU build; first run takes a few minutes)"
+  "$VENV/bin/python" -m pip install -q -e ".[test]"
+}
+
+setup_browser() {
+  if [ -x /usr/bin/chromium ]; then return; fi
+  if [ "$(id -u)" = 0 ]; then
+    log "installing Debian's chromium for the browser tests"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+  else
+    log "chromium is missing: run 'sudo apt-get install -y chromium' for the browser tests"
+  fi
+}
+
+case "${1:-}" in
+  demo)
+    setup_python
+    shift
+    exec "$VENV/bin/python" -m kerasmagic.demo "$@"
+    ;;
+  test)
+    setup_python
+    setup_browser
+    shift
+    status=0
+    "$VENV/bin/python" -m pytest "$@" || status=$?
+    exit $status
+    ;;
+  lab)
+    setup_python
+    exec "$VENV/bin/jupyter" lab notebooks/
+    ;;
+  *)
+    echo "usage: ./dev.sh demo | test [pytest args] | lab" >&2
+    exit 2
+    ;;
+esac

@@ -1,0 +1,71 @@
+"""kerasmagic: session hygiene for Keras/TensorFlow notebooks.
+
+Importing this package is cheap and imports no ML framework: the public names below are
+loaded on first use.
+
+Example:
+    >>> import kerasmagic
+    >>> report = kerasmagic.tf_mem()          # what this process holds, and whose number it is
+    >>> with kerasmagic.fresh_model(seed=0) as run:   # clean, then measure the block
+    ...     pass
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from ._version import __version__
+
+_LAZY_EXPORTS = {
+    "tf_mem": "kerasmagic.snapshot",
+    "MemorySnapshot": "kerasmagic.snapshot",
+    "measure": "kerasmagic.measure",
+    "CellMeasurement": "kerasmagic.measure",
+    "find_holders": "kerasmagic.holders",
+    "HolderReport": "kerasmagic.holders",
+    "clear_tf": "kerasmagic.clean",
+    "CleanReport": "kerasmagic.clean",
+    "fresh_model": "kerasmagic.fresh",
+    "FreshModelResult": "kerasmagic.fresh",
+    "run_isolated": "kerasmagic.isolation",
+    "IsolatedResult": "kerasmagic.isolation",
+}
+
+__all__ = [
+    "__version__",
+    "load_ipython_extension",
+    "unload_ipython_extension",
+    *_LAZY_EXPORTS,
+]
+
+
+def __getattr__(name: str) -> Any:
+    module_name = _LAZY_EXPORTS.get(name)
+    if module_name is None:
+        raise AttributeError(f"module 'kerasmagic' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module_name), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)
+
+
+def load_ipython_extension(ipython) -> None:
+    """``%load_ext kerasmagic``: register the magics (and the live channel in a kernel)."""
+    from .extension import load
+
+    load(ipython)
+
+
+def unload_ipython_extension(ipython) -> None:
+    """``%unload_ext kerasmagic``: undo everything ``%load_ext`` did."""
+    from .extension import unload
+
+    unload(ipython)
+
+
+def _jupyter_labextension_paths() -> list[dict[str, str]]:
+    return [{"src": "labextension", "dest": "kerasmagic"}]

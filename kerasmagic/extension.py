@@ -1,0 +1,36 @@
+"""Loading and unloading the IPython extension; the two are exact mirrors."""
+
+from __future__ import annotations
+
+import sys
+
+
+def load(shell) -> None:
+    from .magics import KerasMagics
+
+    if getattr(shell, "_kerasmagic_magics", None) is not None:
+        return  # %load_ext twice is a no-op, as IPython does for its own extensions
+    magics = KerasMagics(shell)
+    shell.register_magics(magics)
+    shell._kerasmagic_magics = magics
+    # The live channel (sidebar) registers itself only inside a kernel; a no-op elsewhere.
+    from .live import channel
+
+    channel.register(shell)
+
+
+def unload(shell) -> None:
+    magics = getattr(shell, "_kerasmagic_magics", None)
+    live_channel = sys.modules.get("kerasmagic.live.channel")
+    if live_channel is not None:
+        live_channel.unregister(shell)
+    isolation_pool = sys.modules.get("kerasmagic.isolation.pool")
+    if isolation_pool is not None:
+        isolation_pool.shutdown_default_pool()
+    if magics is None:
+        return
+    for kind, names in magics.magics.items():
+        for name in names:
+            shell.magics_manager.magics[kind].pop(name, None)
+    shell.magics_manager.registry.pop(type(magics).__name__, None)
+    shell._kerasmagic_magics = None

@@ -1,0 +1,1 @@
+"""Live view: the versioned comm channel to the JupyterLab sidebar and its background sampler."""

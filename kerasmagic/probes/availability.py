@@ -1,0 +1,72 @@
+"""The typed "not available" value every probe returns instead of raising."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, TypeVar
+
+T = TypeVar("T")
+
+#: Reasons a value can be missing; the sidebar and the reports render one message per reason.
+REASONS = (
+    "not_installed",  # the package is not importable at all
+    "not_imported",  # installed, but the user has not imported it: we never import it for them
+    "not_started",  # imported, but its runtime is not running yet (probing would start it)
+    "no_device",  # no such device / no driver
+    "not_supported",  # this platform or version cannot give this number
+    "error",  # the probe failed; detail says why
+)
+
+
+@dataclass(frozen=True)
+class Unavailable:
+    """A value a probe could not give, and why.
+
+    It is falsy, so ``if value:`` reads naturally, and it serialises to the wire format
+    ``{"status": "unavailable", "reason": ..., "detail": ...}``.
+
+    Example:
+        >>> Unavailable("not_imported", "tensorflow is not imported in this kernel")
+        Unavailable(reason='not_imported', detail='tensorflow is not imported in this kernel')
+    """
+
+    reason: str
+    detail: str = ""
+
+    def __bool__(self) -> bool:
+        return False
+
+    def to_dict(self) -> dict[str, str]:
+        return {"status": "unavailable", "reason": self.reason, "detail": self.detail}
+
+    def __str__(self) -> str:
+        return f"n/a ({self.detail or self.reason.replace('_', ' ')})"
+
+
+def guarded(fn: Callable[[], T], what: str) -> T | Unavailable:
+    """Call ``fn`` and turn any exception into ``Unavailable("error")``.
+
+    This is the one choke point where probe failures stop: a probe must never raise into
+    the user's cell or kill the sampler thread.
+
+    Example:
+        >>> guarded(lambda: 1 / 0, "division")
+        Unavailable(reason='error', detail='division failed: ZeroDivisionError: division by zero')
+    """
+    try:
+        return fn()
+    except Exception as exc:  # noqa: BLE001 - this is the designated catch-all boundary
+        return Unavailable("error", f"{what} failed: {type(exc).__name__}: {exc}")
+
+
+def to_jsonable(value: Any) -> Any:
+    """Recursively convert probe values (including ``Unavailable``) to JSON-able data."""
+    if isinstance(value, Unavailable):
+        return value.to_dict()
+    if isinstance(value, dict):
+        return {str(k): to_jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [to_jsonable(v) for v in value]
+    if hasattr(value, "to_dict"):
+        return value.to_dict()
+    return value

@@ -1,0 +1,153 @@
+"""Keras, observed from outside: Keras 3 (any backend) and legacy tf-keras.
+
+Keras 3 keeps its global state per thread (``global_state.GLOBAL_STATE_TRACKER`` is a
+``threading.local``), so name counters read here are the calling thread's: call these from
+the kernel's main thread, never from the sampler.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, Iterator
+
+from .availability import Unavailable, guarded
+
+
+def keras3():
+    """The imported Keras 3 module, or None (never imports it)."""
+    keras = sys.modules.get("keras")
+    if keras is None or not str(getattr(keras, "__version__", "0")).startswith("3"):
+        return None
+    return keras
+
+
+def tf_keras():
+    """The imported legacy ``tf_keras`` module (``TF_USE_LEGACY_KERAS=1``), or None."""
+    return sys.modules.get("tf_keras")
+
+
+def status() -> str | Unavailable:
+    if keras3() is None and tf_keras() is None:
+        return Unavailable("not_imported", "Keras is not imported in this process")
+    return "imported"
+
+
+def version() -> dict[str, str]:
+    versions = {}
+    if keras3() is not None:
+        versions["keras"] = keras3().__version__
+    if tf_keras() is not None:
+        versions["tf_keras"] = getattr(tf_keras(), "__version__", "unknown")
+    return versions
+
+
+def backend() -> str | Unavailable:
+    if keras3() is not None:
+        return keras3().backend.backend()
+    if tf_keras() is not None:
+        return "tensorflow (tf-keras)"
+    return Unavailable("not_imported", "Keras is not imported in this process")
+
+
+def name_counters() -> dict[str, int]:
+    """Keras's layer-name counters: ``{"dense": 80}`` is why the next layer is ``dense_80``."""
+    counters: dict[str, int] = {}
+    if keras3() is not None:
+        global_state = sys.modules["keras.src.backend.common.global_state"]
+        uids = global_state.get_global_attribute("object_name_uids") or {}
+        counters.update({str(k): int(v) for k, v in uids.items()})
+    legacy = tf_keras()
+    if legacy is not None:
+        legacy_backend = sys.modules.get("tf_keras.src.backend")
+        per_graph = getattr(legacy_backend, "PER_GRAPH_OBJECT_NAME_UIDS", None)
+        tf_ops = sys.modules.get("tensorflow.python.framework.ops")
+        if per_graph is not None and tf_ops is not None:
+            graph = tf_ops.get_default_graph()
+            for key, value in per_graph.get(graph, {}).items():
+                counters[str(key)] = max(counters.get(str(key), 0), int(value))
+    return counters
+
+
+def model_classes() -> tuple[type, ...]:
+    """The Model base classes of every imported Keras, for isinstance checks."""
+    classes = []
+    if keras3() is not None:
+        classes.append(keras3().Model)
+    legacy = tf_keras()
+    if legacy is not None and hasattr(legacy, "Model"):
+        classes.append(legacy.Model)
+    return tuple(classes)
+
+
+def history_classes() -> tuple[type, ...]:
+    classes = []
+    if keras3() is not None:
+        classes.append(keras3().callbacks.History)
+    legacy = tf_keras()
+    if legacy is not None:
+        classes.append(legacy.callbacks.History)
+    return tuple(classes)
+
+
+def _variable_bytes(variables) -> int:
+    total = 0
+    for variable in variables:
+        size = 1
+        for dim in variable.shape:
+            size *= int(dim or 0)
+        dtype = variable.dtype
+        itemsize = getattr(dtype, "size", None)
+        if itemsize is None:
+            import numpy as np
+
+            itemsize = np.dtype(str(dtype)).itemsize
+        total += size * itemsize
+    return total
+
+
+def model_footprint(model) -> dict[str, Any]:
+    """Name, class, weight bytes and optimizer-state bytes of one Keras model.
+
+    Example:
+        >>> model_footprint(keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)]))  # doctest: +SKIP
+        {'name': 'sequential', 'class': 'Sequential', 'weight_bytes': 40, 'optimizer_bytes': 0}
+    """
+    optimizer = getattr(model, "optimizer", None)
+    optimizer_variables = getattr(optimizer, "variables", None) if optimizer is not None else None
+    if callable(optimizer_variables):  # tf-keras exposes variables() as a method
+        optimizer_variables = optimizer_variables()
+    return {
+        "name": getattr(model, "name", "?"),
+        "class": type(model).__name__,
+        "weight_bytes": guarded(lambda: _variable_bytes(model.weights), "sizing weights"),
+        "optimizer_bytes": guarded(
+            lambda: _variable_bytes(optimizer_variables or []), "sizing optimizer state"
+        ),
+    }
+
+
+def iter_models(objects) -> Iterator[Any]:
+    classes = model_classes()
+    if not classes:
+        return
+    for obj in objects:
+        if isinstance(obj, classes):
+            yield obj
+
+
+def snapshot() -> dict[str, Any]:
+    """Keras facts of the calling thread as JSON-able values.
+
+    Example:
+        >>> snapshot()["status"]   # before `import keras`
+        Unavailable(reason='not_imported', detail='Keras is not imported in this process')
+    """
+    state = status()
+    if isinstance(state, Unavailable):
+        return {"status": state}
+    return {
+        "status": state,
+        "version": guarded(version, "reading the Keras version"),
+        "backend": guarded(backend, "reading the Keras backend"),
+        "name_counters": guarded(name_counters, "reading Keras name counters"),
+    }

@@ -1,0 +1,112 @@
+"""NVIDIA GPUs through NVML (``pynvml`` from nvidia-ml-py), initialised lazily.
+
+Nothing here runs at import: the first call initialises NVML under a lock (21 ms the first
+time without a driver, then free), and a missing driver becomes a clean ``no_device``
+state, remembered so that we do not retry on every sample.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any
+
+from .availability import Unavailable, guarded
+
+_init_lock = threading.Lock()
+_init_state: bool | Unavailable | None = None  # None: not tried yet
+
+
+def _pynvml():
+    import pynvml  # noqa: PLC0415 - deferred on purpose: never touch a GPU library at import
+
+    return pynvml
+
+
+def initialise() -> bool | Unavailable:
+    """Initialise NVML once; True, or why there is no GPU view.
+
+    Example:
+        >>> initialise()   # on a machine without an NVIDIA driver
+        Unavailable(reason='no_device', detail='no NVIDIA driver: NVML Shared Library Not Found')
+    """
+    global _init_state
+    with _init_lock:
+        if _init_state is None:
+            try:
+                pynvml = _pynvml()
+            except ImportError:
+                _init_state = Unavailable("not_installed", "nvidia-ml-py (pynvml) is not installed")
+                return _init_state
+            try:
+                pynvml.nvmlInit()
+                _init_state = True
+            except pynvml.NVMLError as exc:
+                _init_state = Unavailable("no_device", f"no NVIDIA driver: {exc}")
+            except Exception as exc:  # noqa: BLE001 - a broken driver must not break the cell
+                _init_state = Unavailable("error", f"NVML failed to start: {exc}")
+        return _init_state
+
+
+def shutdown() -> None:
+    """Shut NVML down if we started it (called by ``%unload_ext``)."""
+    global _init_state
+    with _init_lock:
+        if _init_state is True:
+            guarded(lambda: _pynvml().nvmlShutdown(), "shutting NVML down")
+        _init_state = None
+
+
+def _device_info(pynvml, index: int, pid: int) -> dict[str, Any]:
+    handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+    memory = pynvml.nvmlDeviceGetMemoryInfo(handle)
+
+    def utilisation() -> int:
+        return int(pynvml.nvmlDeviceGetUtilizationRates(handle).gpu)
+
+    def this_process_bytes() -> int | Unavailable:
+        processes = pynvml.nvmlDeviceGetComputeRunningProcesses(handle)
+        for process in processes:
+            if process.pid == pid:
+                return int(process.usedGpuMemory or 0)
+        if processes:
+            # Inside a container NVML may report host PIDs; then we cannot tell which is ours.
+            return Unavailable(
+                "not_supported",
+                "this process is not among NVML's processes (a container PID namespace?)",
+            )
+        return 0
+
+    name = pynvml.nvmlDeviceGetName(handle)
+    return {
+        "index": index,
+        "name": name.decode() if isinstance(name, bytes) else name,
+        "used_bytes": int(memory.used),
+        "total_bytes": int(memory.total),
+        "utilisation_pct": guarded(utilisation, "reading GPU utilisation"),
+        "process_used_bytes": guarded(this_process_bytes, "reading this process's GPU memory"),
+    }
+
+
+def devices() -> list[dict[str, Any]] | Unavailable:
+    """Per GPU: NVML's used/total bytes, utilisation, and this process's own use.
+
+    Example:
+        >>> devices()   # without a driver
+        Unavailable(reason='no_device', detail='no NVIDIA driver: NVML Shared Library Not Found')
+    """
+    state = initialise()
+    if isinstance(state, Unavailable):
+        return state
+    pynvml = _pynvml()
+    pid = os.getpid()
+    count = pynvml.nvmlDeviceGetCount()
+    if count == 0:
+        return Unavailable("no_device", "NVML found no GPU")
+    return [
+        guarded(lambda i=i: _device_info(pynvml, i, pid), f"reading GPU {i}") for i in range(count)
+    ]
+
+
+def snapshot() -> dict[str, Any]:
+    return {"devices": guarded(devices, "reading NVML")}

@@ -1,0 +1,167 @@
+"""Process memory: RSS, the exact peak since a mark, and the container's limit.
+
+Linux keeps the peak resident set size of a process (``VmHWM``) and lets the process
+reset it by writing ``5`` to ``/proc/self/clear_refs``; that gives an exact per-cell peak
+without a sampling thread. Elsewhere (or where ``clear_refs`` is not writable) we fall back
+to a sampling thread and say so in the result.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import threading
+import time
+from typing import Any
+
+from .availability import Unavailable, guarded
+
+_STATUS_PATH = "/proc/self/status"
+_CLEAR_REFS_PATH = "/proc/self/clear_refs"
+_HWM_RE = re.compile(rb"VmHWM:\s+(\d+) kB")
+_PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+# cgroup v1 reports "no limit" as a page-rounded LONG_MAX; anything above 2**60 is no limit.
+_NO_LIMIT_ABOVE = 2**60
+
+_psutil_process = None
+
+
+def _process():
+    global _psutil_process
+    if _psutil_process is None or _psutil_process.pid != os.getpid():
+        import psutil  # psutil is a hard dependency, but importing it lazily keeps import fast
+
+        _psutil_process = psutil.Process()
+    return _psutil_process
+
+
+def rss_bytes() -> int:
+    """Resident set size of this process, in bytes (about 20 µs).
+
+    Example:
+        >>> rss_bytes() > 0
+        True
+    """
+    if sys.platform.startswith("linux"):
+        # statm avoids psutil's object overhead and is what the sampler reads every tick.
+        with open("/proc/self/statm", "rb") as statm:
+            return int(statm.read().split()[1]) * _PAGE_SIZE
+    return _process().memory_info().rss
+
+
+def container_limit_bytes() -> int | Unavailable:
+    """The memory limit of this process's cgroup, if one is set.
+
+    Example:
+        >>> limit = container_limit_bytes()   # an int, or Unavailable("not_supported", ...)
+    """
+    candidates = ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes")
+    for path in candidates:
+        try:
+            with open(path) as f:
+                raw = f.read().strip()
+        except OSError:
+            continue
+        if raw == "max" or int(raw) >= _NO_LIMIT_ABOVE:
+            return Unavailable("not_supported", "no container memory limit is set")
+        return int(raw)
+    return Unavailable("not_supported", "no cgroup memory controller found")
+
+
+def _read_hwm_bytes() -> int:
+    with open(_STATUS_PATH, "rb") as status:
+        match = _HWM_RE.search(status.read())
+    if match is None:
+        raise OSError("VmHWM missing from /proc/self/status")
+    return int(match.group(1)) * 1024
+
+
+def _exact_peak_supported() -> bool:
+    try:
+        with open(_CLEAR_REFS_PATH, "w") as clear_refs:
+            clear_refs.write("5")
+        _read_hwm_bytes()
+        return True
+    except OSError:
+        return False
+
+
+class PeakRss:
+    """The peak RSS of this process from :meth:`start` until :meth:`stop`.
+
+    ``method`` is ``"exact"`` (the kernel's own high-water mark, reset at start) or
+    ``"sampled"`` (a 2 ms sampling thread, which can miss short spikes).
+
+    Example:
+        >>> peak = PeakRss().start()
+        >>> block = bytearray(50 * 2**20); del block
+        >>> peak.stop() - peak.start_rss_bytes >= 50 * 2**20
+        True
+    """
+
+    SAMPLE_INTERVAL_S = 0.002
+    _exact: bool | None = None
+
+    def __init__(self) -> None:
+        self.method = "exact"
+        self.start_rss_bytes = 0
+        self.peak_bytes: int | None = None
+        self._sampler: threading.Thread | None = None
+        self._stop_event = threading.Event()
+        self._sampled_peak = 0
+
+    def start(self) -> "PeakRss":
+        if PeakRss._exact is None:
+            PeakRss._exact = _exact_peak_supported()
+        self.start_rss_bytes = rss_bytes()
+        if PeakRss._exact:
+            self.method = "exact"
+            with open(_CLEAR_REFS_PATH, "w") as clear_refs:
+                clear_refs.write("5")
+        else:
+            self.method = "sampled"
+            self._sampled_peak = self.start_rss_bytes
+            self._stop_event.clear()
+            self._sampler = threading.Thread(
+                target=self._sample, name="kerasmagic-peak-rss", daemon=True
+            )
+            self._sampler.start()
+        return self
+
+    def _sample(self) -> None:
+        while not self._stop_event.wait(self.SAMPLE_INTERVAL_S):
+            self._sampled_peak = max(self._sampled_peak, rss_bytes())
+
+    def stop(self) -> int:
+        """Stop tracking and return the peak in bytes."""
+        if self.method == "exact":
+            self.peak_bytes = max(_read_hwm_bytes(), self.start_rss_bytes)
+        else:
+            self._stop_event.set()
+            if self._sampler is not None:
+                self._sampler.join()
+            self.peak_bytes = max(self._sampled_peak, rss_bytes())
+        return self.peak_bytes
+
+
+def snapshot() -> dict[str, Any]:
+    """Everything the process probe knows, as JSON-able values.
+
+    Example:
+        >>> sorted(snapshot())
+        ['container_limit_bytes', 'pid', 'rss_bytes', 'system_available_bytes', 'ts']
+    """
+
+    def system_available() -> int:
+        import psutil
+
+        return psutil.virtual_memory().available
+
+    return {
+        "ts": time.time(),
+        "pid": os.getpid(),
+        "rss_bytes": guarded(rss_bytes, "reading RSS"),
+        "container_limit_bytes": guarded(container_limit_bytes, "reading the cgroup limit"),
+        "system_available_bytes": guarded(system_available, "reading system memory"),
+    }
