@@ -1,9 +1,329 @@
-"""Placeholder until the sidebar channel lands: registering is a no-op."""
+"""The kernel end of the ``kerasmagic.live`` comm channel (contract: docs/protocol.md).
+
+``%load_ext kerasmagic`` calls :func:`register`; inside an ipykernel it registers the comm
+target, an IPython ``post_run_cell`` hook and an event subscription. Outside a kernel (plain
+IPython, scripts) it does nothing: ``comm.create_comm`` there returns a dummy that talks to
+no one. :func:`unregister` undoes all of it and joins the sampler thread.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from .. import events
+from ..probes import Unavailable, to_jsonable
+from .protocol import PROTOCOL_VERSION, TARGET_NAME, ProtocolError, check_version, validate
+from .sampler import Sampler
+
+__all__ = ["register", "unregister", "active_channel", "LiveChannel"]
+
+_channel: "LiveChannel | None" = None
+
+
+def _comm_manager():
+    # Looked up at call time: ipykernel swaps comm.get_comm_manager in when it starts.
+    import comm
+
+    return comm.get_comm_manager()
+
+
+def _in_kernel(shell) -> bool:
+    return getattr(shell, "kernel", None) is not None
+
+
+def _facts(shell) -> dict[str, Any]:
+    """The protocol's ``facts`` message from the core's main-thread ``session_facts``."""
+    from ..probes import tensorflow as tf_probe
+    from ..snapshot import session_facts
+
+    facts = session_facts(shell)
+    keras = facts.get("keras") or {}
+    graph = facts.get("tensorflow_graph") or {}
+    not_imported = graph.get("status")
+    models = []
+    for model in facts.get("models") or []:
+        models.append(
+            {
+                "name": str(model.get("name", "?")),
+                "class": str(model.get("class", "?")),
+                "weight_bytes": model.get("weight_bytes"),
+                "optimizer_bytes": model.get("optimizer_bytes"),
+                "held_by": [h.get("where", "?") for h in model.get("holders") or []],
+            }
+        )
+    counters = keras.get("name_counters")
+    return to_jsonable(
+        {
+            "method": "facts",
+            "ts": time.time(),
+            "execution_count": int(getattr(shell, "execution_count", 0) or 0),
+            "tf_status": tf_probe.status(),
+            "keras_status": keras.get("status", "unknown"),
+            "graph_op_count": graph.get("graph_op_count", not_imported),
+            "custom_gradient_entries": graph.get("custom_gradient_entries", not_imported),
+            "name_counters": counters if isinstance(counters, dict) else {},
+            "live_models": models,
+        }
+    )
+
+
+class LiveChannel:
+    """All frontends listening to one kernel, and the sampler that feeds them.
+
+    Example:
+        >>> channel = LiveChannel(get_ipython())      # doctest: +SKIP
+        >>> channel.listener_count, channel.visible_count
+        (0, 0)
+    """
+
+    def __init__(self, shell, interval_s: float = 1.0) -> None:
+        self.shell = shell
+        self._lock = threading.Lock()
+        self._send_lock = threading.Lock()
+        self._listeners: dict[str, dict[str, Any]] = {}  # comm_id -> {"comm", "visible"}
+        self.sampler = Sampler(self.broadcast, interval_s=interval_s)
+        self._unsubscribe = events.subscribe(self._on_event)
+
+    # ---- bookkeeping ------------------------------------------------------------------
+    @property
+    def listener_count(self) -> int:
+        return len(self._listeners)
+
+    @property
+    def visible_count(self) -> int:
+        return sum(1 for entry in self._listeners.values() if entry["visible"])
+
+    def _update_sampler(self) -> None:
+        self.sampler.set_active(self.visible_count > 0)
+
+    def _send(self, comm, data: dict[str, Any], metadata: dict | None = None) -> None:
+        # The sampler thread, the main thread and event publishers all send: one at a time.
+        with self._send_lock:
+            comm.send(data=data, metadata=metadata)
+
+    def broadcast(self, data: dict[str, Any], visible_only: bool = True) -> None:
+        with self._lock:
+            targets = [e["comm"] for e in self._listeners.values() if e["visible"] or not visible_only]
+        for comm in targets:
+            try:
+                self._send(comm, data)
+            except Exception:  # noqa: BLE001 - one dead frontend must not starve the others
+                pass
+
+    def _error(self, comm, exc: ProtocolError) -> None:
+        message = {"method": "error", "code": exc.code, "message": str(exc), "ts": time.time()}
+        if exc.request_method:
+            message["request_method"] = exc.request_method
+        self._send(comm, message)
+
+    # ---- comm callbacks -----------------------------------------------------------------
+    def on_open(self, comm, msg: dict[str, Any]) -> None:
+        content = msg.get("content") or {}
+        metadata = msg.get("metadata") or {}
+        try:
+            check_version(metadata.get("protocol_version"))
+        except ProtocolError as exc:
+            self._error(comm, exc)
+            comm.close(data={"reason": "protocol_mismatch"})
+            return
+        data = content.get("data")
+        options: dict[str, Any] = {}
+        try:
+            options = validate(data if isinstance(data, dict) and data else {"method": "open"})
+        except ProtocolError as exc:
+            self._error(comm, exc)  # open anyway with defaults; the frontend logs the error
+        with self._lock:
+            self._listeners[comm.comm_id] = {"comm": comm, "visible": bool(options.get("visible", True))}
+        comm.on_msg(self.on_msg)
+        comm.on_close(self.on_close)
+        if "interval_s" in options:
+            self.sampler.set_interval(options["interval_s"])
+        self._send(
+            comm,
+            {
+                "method": "hello",
+                "protocol_version": PROTOCOL_VERSION,
+                "package_version": _package_version(),
+                "pid": _pid(),
+                "interval_s": self.sampler.interval_s,
+                "ts": time.time(),
+            },
+            metadata={"protocol_version": PROTOCOL_VERSION},
+        )
+        self._push_now(comm)
+        self._update_sampler()
+
+    def on_msg(self, msg: dict[str, Any]) -> None:
+        content = msg.get("content") or {}
+        comm_id = content.get("comm_id")
+        entry = self._listeners.get(comm_id)
+        if entry is None:
+            return
+        comm = entry["comm"]
+        try:
+            data = validate(content.get("data"))
+            self._dispatch(comm, entry, data)
+        except ProtocolError as exc:
+            self._error(comm, exc)
+        except Exception as exc:  # noqa: BLE001 - a handler bug answers, it never kills the kernel
+            self._error(comm, ProtocolError("bad_message", f"{type(exc).__name__}: {exc}"))
+
+    def _dispatch(self, comm, entry: dict[str, Any], data: dict[str, Any]) -> None:
+        method = data["method"]
+        if method == "visibility":
+            entry["visible"] = data["visible"]
+            self._update_sampler()
+            if data["visible"]:
+                self._push_now(comm)
+        elif method == "configure":
+            self.sampler.set_interval(data["interval_s"])
+        elif method == "refresh":
+            self._push_now(comm)
+        elif method == "clear":
+            self._clear(comm, data["request_id"])
+        elif method == "open":
+            raise ProtocolError("bad_message", "this comm is already open", method)
+
+    def on_close(self, msg: dict[str, Any]) -> None:
+        comm_id = (msg.get("content") or {}).get("comm_id")
+        with self._lock:
+            self._listeners.pop(comm_id, None)
+        self._update_sampler()
+
+    # ---- pushes ---------------------------------------------------------------------------
+    def _push_now(self, comm) -> None:
+        """Facts (we are on the main thread here) and a sample, to one frontend."""
+        self._send(comm, self._facts_or_error())
+        self._send(comm, self.sampler.take())
+
+    def _facts_or_error(self) -> dict[str, Any]:
+        try:
+            return _facts(self.shell)
+        except Exception as exc:  # noqa: BLE001 - facts are best effort; say why they are missing
+            missing = Unavailable("error", f"reading session facts failed: {type(exc).__name__}: {exc}")
+            return to_jsonable(
+                {
+                    "method": "facts",
+                    "ts": time.time(),
+                    "execution_count": int(getattr(self.shell, "execution_count", 0) or 0),
+                    "tf_status": missing,
+                    "keras_status": missing,
+                    "graph_op_count": missing,
+                    "custom_gradient_entries": missing,
+                    "name_counters": {},
+                    "live_models": [],
+                }
+            )
+
+    def post_run_cell(self, result=None) -> None:
+        """IPython hook: push main-thread facts after every cell, only when someone looks."""
+        if self.visible_count == 0:
+            return
+        self.broadcast(self._facts_or_error())
+
+    def _clear(self, comm, request_id: str) -> None:
+        from ..clean import clear_tf
+
+        try:
+            report = clear_tf(shell=self.shell)
+            reply = {
+                "method": "clear_result",
+                "request_id": request_id,
+                "ok": True,
+                "ts": time.time(),
+                "report": to_jsonable(report.to_dict()),
+                "text": str(report),
+            }
+        except Exception as exc:  # noqa: BLE001 - report the failure to the button that asked
+            reply = {
+                "method": "clear_result",
+                "request_id": request_id,
+                "ok": False,
+                "ts": time.time(),
+                "report": None,
+                "text": f"clear_tf failed: {type(exc).__name__}: {exc}",
+            }
+        self._send(comm, reply)
+        self.broadcast(self._facts_or_error())
+        self.broadcast(self.sampler.take())
+
+    def _on_event(self, kind: str, payload: dict[str, Any]) -> None:
+        text = payload.get("text") if isinstance(payload, dict) else None
+        message = {"method": "event", "kind": kind, "ts": time.time(), "payload": to_jsonable(payload)}
+        if isinstance(text, str):
+            message["text"] = text
+        self.broadcast(message, visible_only=False)
+
+    # ---- teardown -------------------------------------------------------------------------
+    def close(self) -> None:
+        self._unsubscribe()
+        self.sampler.stop()
+        with self._lock:
+            comms = [e["comm"] for e in self._listeners.values()]
+            self._listeners.clear()
+        for comm in comms:
+            try:
+                comm.close(data={"reason": "unloaded"})
+            except Exception:  # noqa: BLE001 - the frontend may be gone already
+                pass
+
+
+def _package_version() -> str:
+    from .._version import __version__
+
+    return __version__
+
+
+def _pid() -> int:
+    import os
+
+    return os.getpid()
+
+
+def active_channel() -> LiveChannel | None:
+    """The channel registered in this kernel, or None (outside a kernel, or not loaded).
+
+    Example:
+        >>> active_channel() is None      # in a plain Python process
+        True
+    """
+    return _channel
 
 
 def register(shell) -> None:
-    return None
+    """Register the comm target and hooks; a no-op outside an ipykernel or when done already.
+
+    Example:
+        >>> register(get_ipython())     # doctest: +SKIP  (what %load_ext kerasmagic does)
+    """
+    global _channel
+    if _channel is not None or not _in_kernel(shell):
+        return
+    channel = LiveChannel(shell)
+    _comm_manager().register_target(TARGET_NAME, channel.on_open)
+    shell.events.register("post_run_cell", channel.post_run_cell)
+    _channel = channel
 
 
 def unregister(shell) -> None:
-    return None
+    """Undo :func:`register`: target, hook, event subscription, open comms, sampler thread.
+
+    Example:
+        >>> unregister(get_ipython())   # doctest: +SKIP  (what %unload_ext kerasmagic does)
+    """
+    global _channel
+    channel = _channel
+    if channel is None:
+        return
+    _channel = None
+    try:
+        _comm_manager().unregister_target(TARGET_NAME, channel.on_open)
+    except Exception:  # noqa: BLE001 - the manager may already be gone at kernel shutdown
+        pass
+    try:
+        shell.events.unregister("post_run_cell", channel.post_run_cell)
+    except ValueError:
+        pass  # the hook was never registered (register ran on another shell)
+    channel.close()

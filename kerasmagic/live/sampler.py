@@ -1,0 +1,161 @@
+"""The background sampler: process, TensorFlow-allocator and NVML numbers on a schedule.
+
+It runs in its own daemon thread because messages from a frontend wait behind a running
+cell: only a push from another thread keeps the sidebar live during ``fit()``. It reads only
+thread-safe sources (Keras facts are thread-local and are read on the main thread instead).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any, Callable
+
+from ..probes import Unavailable, guarded, to_jsonable
+
+__all__ = ["THREAD_NAME", "Sampler", "take_sample"]
+
+THREAD_NAME = "kerasmagic-live-sampler"
+
+
+def _tf_part() -> Any:
+    from ..probes import tensorflow as tf_probe
+
+    stats = tf_probe.allocator_stats()
+    if isinstance(stats, Unavailable):
+        return stats
+    return {"status": "running", "devices": stats}
+
+
+def _gpu_part() -> Any:
+    from ..probes import nvml
+
+    return nvml.devices()
+
+
+def take_sample(seq: int) -> dict[str, Any]:
+    """One ``sample`` message (see docs/protocol.md); never raises.
+
+    Example:
+        >>> sample = take_sample(1)
+        >>> sample["method"], sample["rss_bytes"] > 0
+        ('sample', True)
+    """
+    from ..probes import process
+
+    started = time.perf_counter()
+    message = {
+        "method": "sample",
+        "seq": seq,
+        "ts": time.time(),
+        "rss_bytes": guarded(process.rss_bytes, "reading RSS"),
+        "tf": guarded(_tf_part, "reading TF allocator statistics"),
+        "gpu": guarded(_gpu_part, "reading NVML"),
+    }
+    message["sample_cost_s"] = time.perf_counter() - started
+    return to_jsonable(message)
+
+
+class Sampler:
+    """Calls ``send(sample)`` every ``interval_s`` while active, from a named daemon thread.
+
+    Ticks are scheduled on deadlines (``t0 + k * interval``) so the rate does not drift by
+    the cost of a sample; a tick that is already late is skipped rather than bursted. While
+    inactive the thread waits on a condition with no timeout: no wake-ups, no CPU.
+
+    Example:
+        >>> got = []
+        >>> sampler = Sampler(got.append, interval_s=0.1)
+        >>> sampler.set_active(True); time.sleep(0.35); sampler.stop()
+        >>> len(got) >= 3
+        True
+    """
+
+    def __init__(self, send: Callable[[dict[str, Any]], None], interval_s: float = 1.0) -> None:
+        self._send = send
+        self._interval_s = float(interval_s)
+        self._cond = threading.Condition()
+        self._active = False
+        self._stopping = False
+        self._seq = 0
+        self._seq_lock = threading.Lock()
+        self._next_due = 0.0
+        self.errors = 0
+        self.last_error = ""
+        self._thread: threading.Thread | None = None
+
+    @property
+    def interval_s(self) -> float:
+        return self._interval_s
+
+    @property
+    def thread(self) -> threading.Thread | None:
+        return self._thread
+
+    def _ensure_thread(self) -> None:
+        if self._thread is None or not self._thread.is_alive():
+            self._stopping = False
+            self._thread = threading.Thread(target=self._run, name=THREAD_NAME, daemon=True)
+            self._thread.start()
+
+    def set_active(self, active: bool) -> None:
+        """Start (or wake) sampling, or put the thread to sleep without a timeout."""
+        with self._cond:
+            if active and not self._active:
+                self._next_due = time.monotonic()
+            self._active = active
+            if active:
+                self._ensure_thread()
+            self._cond.notify_all()
+
+    def set_interval(self, interval_s: float) -> None:
+        with self._cond:
+            self._interval_s = float(interval_s)
+            self._next_due = min(self._next_due, time.monotonic() + self._interval_s)
+            self._cond.notify_all()
+
+    def take(self) -> dict[str, Any]:
+        """Take one sample outside the schedule (e.g. right after a clear), numbered in order."""
+        return take_sample(self._next_seq())
+
+    def _next_seq(self) -> int:
+        with self._seq_lock:
+            self._seq += 1
+            return self._seq
+
+    def _deliver(self, sample: dict[str, Any]) -> None:
+        try:
+            self._send(sample)
+        except Exception as exc:  # noqa: BLE001 - a broken comm must not kill the sampler
+            self.errors += 1
+            self.last_error = f"{type(exc).__name__}: {exc}"
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._stopping and not self._active:
+                    self._cond.wait()
+                if self._stopping:
+                    return
+                delay = self._next_due - time.monotonic()
+                if delay > 0:
+                    self._cond.wait(delay)
+                    continue  # re-check stop/active/deadline: we may have been woken early
+                interval = self._interval_s
+            self._deliver(take_sample(self._next_seq()))
+            with self._cond:
+                now = time.monotonic()
+                self._next_due += interval
+                if self._next_due <= now:
+                    self._next_due = now + interval
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        """Stop and join the thread; afterwards no kerasmagic sampler thread is left."""
+        with self._cond:
+            self._stopping = True
+            self._active = False
+            self._cond.notify_all()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout_s)
+        self._thread = None
