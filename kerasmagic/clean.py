@@ -1,0 +1,502 @@
+"""``clear_tf()`` / ``%clear_tf``: free what a Keras/TensorFlow session holds, and say what it could not.
+
+The order matters: references first (named variables, then the hidden holders IPython
+keeps), then the framework state that pins graphs (Keras' session, the legacy default
+graph, TF's gradient registry), then one garbage collection that frees it all, then
+``malloc_trim`` to hand glibc's freed heap back to the OS.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import gc
+import sys
+import time
+import weakref
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import events
+from .errors import KerasMagicUsageError
+from .holders import _OUTPUT_CACHE_ALIASES, _PROTECTED_NAMES, _is_cache_name, _running_shell, collect_heavy, is_heavy
+from .probes import keras as keras_probe
+from .probes import process as process_probe
+from .probes import tensorflow as tf_probe
+from .probes.availability import Unavailable, guarded
+from .registry_purge import PurgeResult, purge_dead_custom_gradients
+from .tables import Report, Section, format_bytes
+
+
+@dataclass
+class CleanStep:
+    """One step of a clean: what it did, and the RSS and TF allocator change around it."""
+
+    name: str
+    detail: str = ""
+    items: list[str] = field(default_factory=list)
+    rss_freed_bytes: int = 0
+    tf_freed_bytes: int = 0
+    seconds: float = 0.0
+    skipped: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "detail": self.detail,
+            "items": list(self.items),
+            "rss_freed_bytes": self.rss_freed_bytes,
+            "tf_freed_bytes": self.tf_freed_bytes,
+            "seconds": self.seconds,
+            "skipped": self.skipped,
+        }
+
+
+class CleanReport(Report):
+    """What ``clear_tf()`` freed step by step, and what is still held and why.
+
+    Example:
+        >>> report = clear_tf()
+        >>> report.rss_freed_bytes >= 0 or True
+        True
+        >>> [step.name for step in report.steps][:2]          # doctest: +SKIP
+        ['delete named variables', 'drop hidden holders']
+    """
+
+    def __init__(self) -> None:
+        self.steps: list[CleanStep] = []
+        self.still_held: list[str] = []
+        self.models_tracked = 0
+        self.models_freed = 0
+        self.rss_before_bytes = 0
+        self.rss_after_bytes = 0
+        self.tf_before_bytes = 0
+        self.tf_after_bytes = 0
+        self.seconds = 0.0
+        self.registry: PurgeResult | None = None
+        self.preserved_settings: dict[str, Any] = {}
+
+    @property
+    def rss_freed_bytes(self) -> int:
+        return self.rss_before_bytes - self.rss_after_bytes
+
+    @property
+    def tf_freed_bytes(self) -> int:
+        return self.tf_before_bytes - self.tf_after_bytes
+
+    @property
+    def dropped(self) -> list[str]:
+        """Every hidden entry and variable this clean removed."""
+        return [item for step in self.steps[:2] for item in step.items]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "seconds": self.seconds,
+            "rss_before_bytes": self.rss_before_bytes,
+            "rss_after_bytes": self.rss_after_bytes,
+            "rss_freed_bytes": self.rss_freed_bytes,
+            "tf_in_use_before_bytes": self.tf_before_bytes,
+            "tf_in_use_after_bytes": self.tf_after_bytes,
+            "tf_freed_bytes": self.tf_freed_bytes,
+            "models_tracked": self.models_tracked,
+            "models_freed": self.models_freed,
+            "steps": [s.to_dict() for s in self.steps],
+            "registry": self.registry.to_dict() if self.registry else None,
+            "preserved_settings": {k: str(v) for k, v in self.preserved_settings.items()},
+            "still_held": list(self.still_held),
+        }
+
+    def _title(self) -> str:
+        return (
+            f"kerasmagic: cleaned in {self.seconds:.2f} s — RSS {format_bytes(-self.rss_freed_bytes, signed=True)}"
+            f" ({format_bytes(self.rss_before_bytes)} → {format_bytes(self.rss_after_bytes)})"
+        )
+
+    def _sections(self) -> list[Section]:
+        steps = Section("Steps")
+        for step in self.steps:
+            if step.skipped:
+                steps.add(step.name, "skipped", step.skipped)
+                continue
+            freed = format_bytes(-step.rss_freed_bytes, signed=True)
+            detail = step.detail
+            if step.tf_freed_bytes:
+                detail += f"; TF in use {format_bytes(-step.tf_freed_bytes, signed=True)}"
+            steps.add(step.name, freed, detail.strip("; "))
+        dropped = Section("Dropped")
+        dropped.notes.extend(self.dropped)
+        summary = Section("Result")
+        if self.models_tracked:
+            summary.add("models freed", f"{self.models_freed} of {self.models_tracked}", "checked by weak references")
+        if self.preserved_settings:
+            summary.add(
+                "kept settings", ", ".join(f"{k}={v}" for k, v in self.preserved_settings.items()),
+                "clear_session() would have reset them",
+            )
+        held = Section("Still held")
+        held.notes.extend(self.still_held)
+        return [steps, dropped, summary, held]
+
+
+def _tf_in_use_total() -> int:
+    stats = tf_probe.allocator_stats()
+    if isinstance(stats, Unavailable):
+        return 0
+    return sum(s["in_use_bytes"] for s in stats.values() if isinstance(s["in_use_bytes"], int))
+
+
+class _StepTimer:
+    """Runs a step, recording its RSS/TF change and time; a failing step is reported, not raised."""
+
+    def __init__(self, report: CleanReport, name: str) -> None:
+        self.step = CleanStep(name)
+        report.steps.append(self.step)
+
+    def __enter__(self) -> CleanStep:
+        self._rss = process_probe.rss_bytes()
+        self._tf = _tf_in_use_total()
+        self._t0 = time.perf_counter()
+        return self.step
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        self.step.seconds = time.perf_counter() - self._t0
+        self.step.rss_freed_bytes = self._rss - process_probe.rss_bytes()
+        self.step.tf_freed_bytes = self._tf - _tf_in_use_total()
+        if exc_type is not None and issubclass(exc_type, Exception):
+            self.step.skipped = f"failed: {exc_type.__name__}: {exc}"
+            return True
+        return False
+
+
+# --- step 1: named variables ---------------------------------------------------------------
+
+
+def _validate_names(names: tuple[str, ...], namespace: dict[str, Any]) -> None:
+    for name in names:
+        if not isinstance(name, str) or not name.isidentifier():
+            raise KerasMagicUsageError(f"{name!r} is not a variable name; pass names like clear_tf('model')")
+        if name in _PROTECTED_NAMES:
+            raise KerasMagicUsageError(f"refusing to delete {name!r}: IPython needs it")
+        if name not in namespace:
+            raise KerasMagicUsageError(
+                f"no variable named {name!r}; nothing was deleted (%who lists your variables)"
+            )
+
+
+def _delete_named(shell, namespace: dict[str, Any], names: tuple[str, ...], step: CleanStep) -> None:
+    """Delete each name, and the output-cache copies of its object (the ``%xdel`` purge).
+
+    Unlike ``%xdel`` we never delete *other* user variables bound to the same object: the
+    user did not name them. They are reported as still holding it instead.
+    """
+    for name in names:
+        obj = namespace.pop(name)
+        step.items.append(f"variable {name}")
+        if shell is None:
+            continue
+        for entry in _drop_cache_entries(shell, lambda value: value is obj):
+            step.items.append(f"{entry} (same object as {name})")
+    step.detail = f"{len(names)} variable(s)"
+
+
+# --- step 2: hidden holders ------------------------------------------------------------------
+
+
+def _drop_cache_entries(shell, matches) -> list[str]:
+    """Remove output-cache entries whose value ``matches``; returns their labels."""
+    dropped = []
+    output_hist = shell.history_manager.output_hist if shell.history_manager else {}
+    for number in [n for n, v in list(output_hist.items()) if matches(v)]:
+        del output_hist[number]
+        dropped.append(f"Out[{number}]")
+    for namespace, label in ((shell.user_ns, ""), (shell.user_ns_hidden, "user_ns_hidden")):
+        for name in [n for n, v in list(namespace.items()) if _is_cache_name(n) and matches(v)]:
+            where = f"{label}[{name!r}]" if label else name
+            if name in _OUTPUT_CACHE_ALIASES:
+                namespace[name] = ""  # IPython itself resets these to '' when it flushes
+            else:
+                del namespace[name]
+            dropped.append(where)
+    displayhook = shell.displayhook
+    for name in _OUTPUT_CACHE_ALIASES:
+        if matches(getattr(displayhook, name, None)):
+            setattr(displayhook, name, "")
+            dropped.append(f"displayhook.{name}")
+    last = shell.last_execution_result
+    if last is not None and getattr(last, "result", None) is not None and matches(last.result):
+        last.result = None
+        dropped.append("last_execution_result.result")
+    return dropped
+
+
+def _drop_last_exception(shell) -> list[str]:
+    """Forget the last exception everywhere Python and IPython keep it (and its frames)."""
+    dropped = []
+    value = getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)
+    for attribute in ("last_exc", "last_value", "last_traceback", "last_type"):
+        if getattr(sys, attribute, None) is not None:
+            delattr(sys, attribute)
+            dropped.append(f"sys.{attribute}")
+    if shell is not None:
+        for formatter_name in ("InteractiveTB", "SyntaxTB"):
+            formatter = getattr(shell, formatter_name, None)
+            if getattr(formatter, "tb", None) is not None:
+                formatter.tb = None
+                dropped.append(f"shell.{formatter_name}.tb")
+        for result_name in ("last_execution_result",):
+            result = getattr(shell, result_name, None)
+            if result is not None and getattr(result, "error_in_exec", None) is not None:
+                result.error_in_exec = None
+                dropped.append(f"shell.{result_name}.error_in_exec")
+    if dropped and value is not None:
+        dropped.insert(0, f"last exception {type(value).__name__} (its frames' locals; %debug can no longer open it)")
+    return dropped
+
+
+def _drop_hidden(shell, step: CleanStep) -> None:
+    exception_items = _drop_last_exception(shell)
+    cache_items = _drop_cache_entries(shell, is_heavy) if shell is not None else []
+    step.items.extend(cache_items + exception_items)
+    step.detail = f"{len(cache_items)} output-cache entries, {'the last exception' if exception_items else 'no exception'}"
+
+
+# --- step 3: Keras / legacy graph -----------------------------------------------------------
+
+
+def _keras_settings() -> dict[str, Any]:
+    """Global Keras settings that ``clear_session()`` silently resets."""
+    keras = keras_probe.keras3()
+    if keras is None:
+        return {}
+    settings: dict[str, Any] = {
+        "dtype_policy": keras.config.dtype_policy().name,
+        "traceback_filtering": keras.config.is_traceback_filtering_enabled(),
+        "interactive_logging": keras.config.is_interactive_logging_enabled(),
+    }
+    seed = keras.utils.get_random_seed() if hasattr(keras.utils, "get_random_seed") else None
+    if seed is not None:
+        settings["random_seed"] = seed
+    return settings
+
+
+def _restore_keras_settings(settings: dict[str, Any], new_seed: int | None) -> None:
+    keras = keras_probe.keras3()
+    if keras is None:
+        if new_seed is not None and tf_probe.module() is not None:
+            tf_probe.module().random.set_seed(new_seed)
+        return
+    if "dtype_policy" in settings:
+        keras.config.set_dtype_policy(settings["dtype_policy"])
+    if settings.get("traceback_filtering") is False:
+        keras.config.disable_traceback_filtering()
+    if settings.get("interactive_logging") is False:
+        keras.config.disable_interactive_logging()
+    if new_seed is not None:
+        keras.utils.set_random_seed(new_seed)
+    elif settings.get("random_seed") is not None:
+        # Restore only Keras' record of the seed: re-seeding every RNG would silently
+        # rewind the user's random streams, which clear_session() never did either.
+        global_state = sys.modules["keras.src.backend.common.global_state"]
+        global_state.set_global_attribute("global_random_seed", settings["random_seed"])
+
+
+def _inside_graph_block() -> bool:
+    """True inside ``with tf.Graph().as_default():``, where reset_default_graph() asserts."""
+    ops = sys.modules.get("tensorflow.python.framework.ops")
+    stack = getattr(ops, "_default_graph_stack", None)
+    if stack is None:
+        return False
+    try:
+        return not stack.is_cleared()
+    except AttributeError:
+        return False
+
+
+def _clear_keras_session(step: CleanStep, settings: dict[str, Any], new_seed: int | None) -> None:
+    keras = keras_probe.keras3()
+    ops_before = tf_probe.default_graph_op_count()
+    actions = []
+    nested = _inside_graph_block()
+    if keras is not None:
+        if nested or keras.backend.backend() != "tensorflow":
+            # Do what clear_session() does minus reset_default_graph(): inside a graph block
+            # that assertion would fire, and the graph is the user's to keep.
+            global_state = sys.modules["keras.src.backend.common.global_state"]
+            global_state.GLOBAL_STATE_TRACKER = type(global_state.GLOBAL_STATE_TRACKER)()
+            global_state.GLOBAL_SETTINGS_TRACKER = type(global_state.GLOBAL_SETTINGS_TRACKER)()
+            actions.append("Keras global state reset")
+            if keras.backend.backend() == "torch" and "torch._dynamo" in sys.modules:
+                sys.modules["torch._dynamo"].reset()
+                actions.append("torch dynamo cache reset")
+        else:
+            # free_memory=False: we collect once, after the registry purge, not twice.
+            keras.backend.clear_session(free_memory=False)
+            actions.append("keras.backend.clear_session()")
+    legacy = keras_probe.tf_keras()
+    if legacy is not None and not nested:
+        legacy.backend.clear_session()
+        actions.append("tf_keras.backend.clear_session()")
+    tf = tf_probe.module()
+    if tf is not None and not nested and keras is None and legacy is None:
+        tf.compat.v1.reset_default_graph()
+        actions.append("tf.compat.v1.reset_default_graph()")
+    if nested:
+        actions.append("legacy graph kept: you are inside `with tf.Graph().as_default()`")
+    _restore_keras_settings(settings, new_seed)
+    ops_after = tf_probe.default_graph_op_count()
+    if isinstance(ops_before, int) and isinstance(ops_after, int) and ops_before != ops_after:
+        actions.append(f"legacy graph {ops_before} → {ops_after} ops")
+    step.detail = "; ".join(actions) or "no Keras or TensorFlow imported"
+
+
+def _clear_other_backends(step: CleanStep) -> None:
+    actions = []
+    jax = sys.modules.get("jax")
+    if jax is not None and hasattr(jax, "clear_caches"):
+        jax.clear_caches()
+        actions.append("jax.clear_caches() (compiled functions)")
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.empty_cache()
+        actions.append("torch.cuda.empty_cache() (cached CUDA blocks)")
+    if not actions:
+        step.skipped = "no JAX or torch imported"
+    step.detail = "; ".join(actions)
+
+
+# --- steps 5-6: gc and malloc_trim -----------------------------------------------------------
+
+
+def _malloc_trim(step: CleanStep) -> None:
+    if not sys.platform.startswith("linux"):
+        step.skipped = "malloc_trim exists on glibc (Linux) only"
+        return
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:
+        step.skipped = "not glibc (musl?): no malloc_trim"
+        return
+    libc.malloc_trim(0)
+    step.detail = "freed glibc heap handed back to the OS"
+
+
+# --- what is still held ------------------------------------------------------------------------
+
+
+def _still_held(shell, report: CleanReport) -> list[str]:
+    held = []
+    if shell is not None:
+        for item in collect_heavy(shell):
+            places = ", ".join(h.where for h in item.holders)
+            held.append(f"{item.info['label']} ({format_bytes(item.info['bytes'])}) held by {places}")
+    stats = tf_probe.allocator_stats()
+    if not isinstance(stats, Unavailable):
+        for device, s in stats.items():
+            unused = s["held_unused_min_bytes"]
+            if isinstance(unused, int) and unused >= 1 << 20:
+                held.append(
+                    f"TensorFlow's {device} pool keeps at least {format_bytes(unused)} for reuse; "
+                    "only a new process returns it (`%%fresh_model --isolate`)"
+                )
+    registry = report.registry
+    if registry is not None and registry.kept_alive:
+        held.append(f"{registry.kept_alive} CustomGradient entries kept: their models are still alive")
+    if registry is not None and registry.skipped is not None and registry.skipped.reason != "not_imported":
+        held.append(f"gradient registry not purged: {registry.skipped.detail}")
+    return held
+
+
+def clear_tf(
+    *names: str,
+    shell=None,
+    seed: int | None = None,
+    purge_hidden: bool = True,
+    purge_registry: bool = True,
+    namespace: dict[str, Any] | None = None,
+) -> CleanReport:
+    """Free what a Keras/TensorFlow session holds and report what each step freed.
+
+    Steps: delete ``names`` (and the output-cache copies of their objects); drop hidden
+    holders (output-cache entries holding models or large tensors, the last exception);
+    ``keras.backend.clear_session()`` keeping the dtype policy, random seed, traceback
+    filtering and logging settings it would reset; reset the legacy graph; purge dead
+    ``CustomGradient-*`` entries from TF's gradient registry; one ``gc.collect()``;
+    ``malloc_trim(0)``. It never deletes a variable you did not name.
+
+    Args:
+        *names: variables to delete, e.g. ``"model", "history"``.
+        shell: the IPython shell (default: the running one); without one, ``names`` are
+            looked up in ``namespace`` or the caller's globals.
+        seed: call ``keras.utils.set_random_seed(seed)`` after the clean.
+        purge_hidden: drop output-cache entries and the last exception (default True).
+        purge_registry: purge dead gradient-registry entries (default True).
+        namespace: where ``names`` live when there is no shell.
+
+    Raises:
+        KerasMagicUsageError: a name is not a variable; nothing was deleted.
+
+    Example:
+        >>> from kerasmagic import clear_tf
+        >>> report = clear_tf("model", seed=0)        # doctest: +SKIP
+        >>> print(report)                             # doctest: +SKIP
+    """
+    if shell is None:
+        shell = _running_shell()
+    if namespace is None:
+        namespace = shell.user_ns if shell is not None else sys._getframe(1).f_globals
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+        raise KerasMagicUsageError(f"seed must be an integer, got {seed!r}")
+    _validate_names(names, namespace)
+
+    report = CleanReport()
+    started = time.perf_counter()
+    report.rss_before_bytes = process_probe.rss_bytes()
+    report.tf_before_bytes = _tf_in_use_total()
+    tracked = []
+    if shell is not None:
+        tracked = [weakref.ref(item.obj) for item in guarded(lambda: collect_heavy(shell), "finding models") or []
+                   if item.info["kind"] == "model"]
+    for name in names:
+        if any(isinstance(namespace[name], cls) for cls in keras_probe.model_classes()):
+            tracked.append(weakref.ref(namespace[name]))
+    report.models_tracked = len({id(r()) for r in tracked if r() is not None})
+
+    with _StepTimer(report, "delete named variables") as step:
+        if names:
+            _delete_named(shell, namespace, names, step)
+        else:
+            step.skipped = "no names given"
+    with _StepTimer(report, "drop hidden holders") as step:
+        if purge_hidden:
+            _drop_hidden(shell, step)
+        else:
+            step.skipped = "turned off (purge_hidden=False)"
+    settings = guarded(_keras_settings, "reading Keras settings")
+    report.preserved_settings = settings if isinstance(settings, dict) else {}
+    with _StepTimer(report, "clear Keras session and legacy graph") as step:
+        _clear_keras_session(step, report.preserved_settings, seed)
+    with _StepTimer(report, "clear JAX/torch caches") as step:
+        _clear_other_backends(step)
+    with _StepTimer(report, "purge dead CustomGradient entries") as step:
+        if purge_registry:
+            report.registry = purge_dead_custom_gradients()
+            if report.registry.skipped is not None:
+                step.skipped = report.registry.skipped.detail
+            else:
+                step.detail = (
+                    f"{report.registry.purged} purged, {report.registry.kept_alive} kept (model alive)"
+                    + (f", {report.registry.kept_unknown} kept (unknown layout)" if report.registry.kept_unknown else "")
+                )
+        else:
+            step.skipped = "turned off (purge_registry=False)"
+    with _StepTimer(report, "garbage collection") as step:
+        step.detail = f"{gc.collect()} objects collected"
+    with _StepTimer(report, "malloc_trim") as step:
+        _malloc_trim(step)
+
+    report.models_freed = sum(1 for ref in {id(r): r for r in tracked}.values() if ref() is None)
+    report.rss_after_bytes = process_probe.rss_bytes()
+    report.tf_after_bytes = _tf_in_use_total()
+    report.still_held = guarded(lambda: _still_held(shell, report), "listing what is still held") or []
+    report.seconds = time.perf_counter() - started
+    events.publish("clear_tf", report.to_dict())
+    return report

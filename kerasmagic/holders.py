@@ -1,0 +1,290 @@
+"""Who keeps Keras models and large arrays alive in a notebook session.
+
+The places a notebook hides references, each verified in ``background.md``: the user's
+variables (and containers one level down), IPython's output cache (``Out[n]``, ``_n``,
+``_``/``__``/``___`` and the copies in ``user_ns_hidden`` and on the display hook),
+``History.model``, and the last exception's traceback frames (``sys.last_*``, IPython's
+``InteractiveTB.tb``, ``last_execution_result.error_in_exec``).
+"""
+
+from __future__ import annotations
+
+import gc
+import sys
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+from .probes import keras as keras_probe
+from .probes.availability import Unavailable
+from .tables import Report, Section, format_bytes
+
+#: Arrays and tensors smaller than this are not worth listing.
+LARGE_OBJECT_BYTES = 1 << 20
+_OUTPUT_CACHE_ALIASES = ("_", "__", "___")
+_PROTECTED_NAMES = {"In", "Out", "get_ipython", "exit", "quit", "__builtins__", "__builtin__"}
+
+
+def tensor_nbytes(obj: Any) -> int | None:
+    """Bytes of a numpy array or a TF/torch/JAX tensor, or None if ``obj`` is none of those.
+
+    Looks at the type's module instead of importing frameworks.
+
+    Example:
+        >>> import numpy as np
+        >>> tensor_nbytes(np.zeros(1000, dtype=np.float32)), tensor_nbytes("text")
+        (4000, None)
+    """
+    module = type(obj).__module__ or ""
+    root = module.split(".", 1)[0]
+    try:
+        if root == "numpy" and hasattr(obj, "nbytes"):
+            return int(obj.nbytes)
+        if root == "tensorflow" and hasattr(obj, "dtype") and hasattr(obj, "shape"):
+            count = obj.shape.num_elements()
+            return None if count is None else int(count * obj.dtype.size)
+        if root == "torch" and hasattr(obj, "element_size"):
+            return int(obj.nelement() * obj.element_size())
+        if root in ("jax", "jaxlib") and hasattr(obj, "nbytes"):
+            return int(obj.nbytes)
+        if root == "keras" and hasattr(obj, "value") and hasattr(obj, "shape"):
+            return tensor_nbytes(obj.value)
+    except Exception:  # noqa: BLE001 - a half-built tensor must not break a report
+        return None
+    return None
+
+
+def is_heavy(obj: Any) -> bool:
+    """A Keras model, or an array/tensor of at least ``LARGE_OBJECT_BYTES``."""
+    classes = keras_probe.model_classes()
+    if classes and isinstance(obj, classes):
+        return True
+    size = tensor_nbytes(obj)
+    return size is not None and size >= LARGE_OBJECT_BYTES
+
+
+def describe(obj: Any) -> dict[str, Any]:
+    """What an object is and how many bytes it keeps alive."""
+    classes = keras_probe.model_classes()
+    if classes and isinstance(obj, classes):
+        footprint = keras_probe.model_footprint(obj)
+        total = 0
+        for key in ("weight_bytes", "optimizer_bytes"):
+            if not isinstance(footprint[key], Unavailable):
+                total += footprint[key]
+        return {"kind": "model", "label": f"{footprint['class']} '{footprint['name']}'", "bytes": total, **footprint}
+    size = tensor_nbytes(obj)
+    shape = tuple(getattr(obj, "shape", ()) or ())
+    return {"kind": "tensor", "label": f"{type(obj).__name__}{list(shape)}", "bytes": size}
+
+
+@dataclass
+class Holder:
+    """One reference: ``where`` (e.g. ``Out[4]``) holds ``obj`` of ``kind``."""
+
+    where: str
+    kind: str  # variable, output_cache, history, exception, unreachable
+    obj: Any = field(repr=False)
+
+
+def _history_model(obj: Any) -> Any:
+    classes = keras_probe.history_classes()
+    if classes and isinstance(obj, classes):
+        return getattr(obj, "model", None)
+    return None
+
+
+def _children(name: str, value: Any) -> Iterator[tuple[str, Any]]:
+    """The value itself, History.model, and items of small containers one level down."""
+    yield name, value
+    model = _history_model(value)
+    if model is not None:
+        yield f"{name}.model", model
+    if isinstance(value, (list, tuple)) and len(value) <= 1000:
+        for index, item in enumerate(value):
+            yield f"{name}[{index}]", item
+            model = _history_model(item)
+            if model is not None:
+                yield f"{name}[{index}].model", model
+    elif isinstance(value, dict) and len(value) <= 1000:
+        for key, item in list(value.items()):
+            yield f"{name}[{key!r}]", item
+            model = _history_model(item)
+            if model is not None:
+                yield f"{name}[{key!r}].model", model
+
+
+def user_variable_names(shell) -> list[str]:
+    """Names the user defined (what ``%who`` lists): not IPython's hidden or cache names."""
+    hidden = shell.user_ns_hidden
+    names = []
+    for name, value in shell.user_ns.items():
+        if name.startswith("_") or name in _PROTECTED_NAMES:
+            continue
+        if name in hidden and hidden[name] is value:
+            continue
+        names.append(name)
+    return names
+
+
+def _is_cache_name(name: str) -> bool:
+    return name in _OUTPUT_CACHE_ALIASES or (name[:1] == "_" and name[1:].isdigit())
+
+
+def exception_holders() -> Iterator[tuple[str, Any]]:
+    """Locals of the frames of the last exception, as (where, value)."""
+    tb = getattr(sys, "last_traceback", None)
+    value = getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)
+    if tb is None and value is not None:
+        tb = value.__traceback__
+    label = type(value).__name__ if value is not None else "exception"
+    while tb is not None:
+        frame = tb.tb_frame
+        if frame.f_code.co_name != "<module>":  # module frames are the user namespace itself
+            for local_name, local_value in list(frame.f_locals.items()):
+                yield f"last exception ({label}): frame {frame.f_code.co_name}() local {local_name!r}", local_value
+        tb = tb.tb_next
+
+
+def iter_references(shell) -> Iterator[Holder]:
+    """Every place in a notebook session that can hold a heavy object, with its label."""
+    if shell is None:
+        return
+    user_ns = shell.user_ns
+    for name in user_variable_names(shell):
+        for where, value in _children(name, user_ns[name]):
+            kind = "history" if where.endswith(".model") else "variable"
+            yield Holder(where, kind, value)
+    output_hist = getattr(getattr(shell, "history_manager", None), "output_hist", {}) or {}
+    for number, value in list(output_hist.items()):
+        for where, item in _children(f"Out[{number}]", value):
+            yield Holder(where, "output_cache", item)
+    for name, value in list(user_ns.items()):
+        if _is_cache_name(name):
+            for where, item in _children(name, value):
+                yield Holder(where, "output_cache", item)
+    for name, value in list(shell.user_ns_hidden.items()):
+        if _is_cache_name(name):
+            yield Holder(f"user_ns_hidden[{name!r}]", "output_cache", value)
+    displayhook = getattr(shell, "displayhook", None)
+    for name in _OUTPUT_CACHE_ALIASES:
+        value = getattr(displayhook, name, None)
+        if value is not None:
+            yield Holder(f"displayhook.{name}", "output_cache", value)
+    last_result = getattr(shell, "last_execution_result", None)
+    if last_result is not None and getattr(last_result, "result", None) is not None:
+        yield Holder("last_execution_result.result", "output_cache", last_result.result)
+    for where, value in exception_holders():
+        yield Holder(where, "exception", value)
+
+
+@dataclass
+class HeavyObject:
+    """A model or large tensor with every place that holds it."""
+
+    obj: Any = field(repr=False)
+    info: dict[str, Any]
+    holders: list[Holder]
+
+    def to_dict(self) -> dict[str, Any]:
+        info = {k: v for k, v in self.info.items()}
+        info["holders"] = [{"where": h.where, "kind": h.kind} for h in self.holders]
+        return info
+
+
+class HolderReport(Report):
+    """What keeps Keras models and large arrays alive, and where (``%tf_mem --who``).
+
+    Example:
+        >>> report = find_holders(get_ipython())      # doctest: +SKIP
+        >>> print(report)                             # doctest: +SKIP
+        Who holds what
+        Sequential 'sequential' (1.2 MiB): Out[3], _3, model
+    """
+
+    def __init__(self, objects: list[HeavyObject], unreachable_models: list[HeavyObject] | None):
+        self.objects = objects
+        self.unreachable_models = unreachable_models
+
+    def _title(self) -> str:
+        return "Who holds what"
+
+    def _sections(self) -> list[Section]:
+        section = Section("Models and large arrays, largest first")
+        for item in self.objects:
+            places = ", ".join(h.where for h in item.holders)
+            section.add(item.info["label"], format_bytes(item.info["bytes"]), places)
+        if not self.objects:
+            section.notes.append("nothing in your namespace, output cache, histories or last exception")
+        sections = [section]
+        if self.unreachable_models is not None:
+            hidden = Section("Models alive but not reachable from the notebook")
+            for item in self.unreachable_models:
+                hidden.add(item.info["label"], format_bytes(item.info["bytes"]), "held by a closure, graph or cycle")
+            if self.unreachable_models:
+                hidden.notes.append("`%clear_tf` collects cycles and purges TF's gradient registry")
+            sections.append(hidden)
+        return sections
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "objects": [o.to_dict() for o in self.objects],
+            "unreachable_models": None
+            if self.unreachable_models is None
+            else [o.to_dict() for o in self.unreachable_models],
+        }
+
+
+def collect_heavy(shell) -> list[HeavyObject]:
+    """Group every heavy object reachable from the session by identity, with its holders."""
+    by_id: dict[int, HeavyObject] = {}
+    for holder in iter_references(shell):
+        if not is_heavy(holder.obj):
+            continue
+        entry = by_id.get(id(holder.obj))
+        if entry is None:
+            entry = by_id[id(holder.obj)] = HeavyObject(holder.obj, describe(holder.obj), [])
+        if all(h.where != holder.where for h in entry.holders):
+            entry.holders.append(holder)
+    return sorted(by_id.values(), key=lambda o: -(o.info["bytes"] or 0))
+
+
+def find_holders(shell=None, census: bool = True) -> HolderReport:
+    """Find what keeps models and large arrays alive (``%tf_mem --who``).
+
+    Args:
+        shell: the IPython shell (defaults to the running one); without one only the
+            last exception and, with ``census``, unreachable models are reported.
+        census: also scan every live object for Keras models nobody in the notebook
+            can reach (about 200 ms in a session of 1.8 M objects).
+
+    Example:
+        >>> from kerasmagic import find_holders
+        >>> print(find_holders())          # doctest: +SKIP
+    """
+    if shell is None:
+        shell = _running_shell()
+    objects = collect_heavy(shell) if shell is not None else []
+    unreachable = None
+    if census:
+        reachable = {id(o.obj) for o in objects}
+        unreachable = [
+            HeavyObject(model, describe(model), [])
+            for model in live_models()
+            if id(model) not in reachable
+        ]
+    return HolderReport(objects, unreachable)
+
+
+def live_models() -> list[Any]:
+    """Every live Keras model in the process (a full ``gc`` scan: use sparingly)."""
+    classes = keras_probe.model_classes()
+    if not classes:
+        return []
+    return [obj for obj in gc.get_objects() if isinstance(obj, classes)]
+
+
+def _running_shell():
+    ipython = sys.modules.get("IPython")
+    if ipython is None:
+        return None
+    return ipython.get_ipython()

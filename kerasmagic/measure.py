@@ -1,0 +1,195 @@
+"""``%%tf_mem`` and ``measure()``: deltas and exact peaks for one cell or block."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from .probes import keras as keras_probe
+from .probes import nvml as nvml_probe
+from .probes import process as process_probe
+from .probes import tensorflow as tf_probe
+from .probes.availability import Unavailable, guarded, to_jsonable
+from .tables import Report, Section, format_bytes, format_value
+
+
+def _tf_in_use() -> dict[str, Any]:
+    stats = tf_probe.allocator_stats()
+    if isinstance(stats, Unavailable):
+        return {}
+    return {device: s["in_use_bytes"] for device, s in stats.items()}
+
+
+def _gpu_process_bytes() -> dict[str, Any]:
+    devices = nvml_probe.devices()
+    if isinstance(devices, Unavailable):
+        return {}
+    return {
+        f"GPU {d['index']}": d["process_used_bytes"] for d in devices if not isinstance(d, Unavailable)
+    }
+
+
+def _counters() -> dict[str, Any]:
+    return {
+        "graph_op_count": guarded(tf_probe.default_graph_op_count, "counting graph ops"),
+        "custom_gradient_entries": guarded(tf_probe.custom_gradient_entries, "reading the registry"),
+        "name_counters": guarded(keras_probe.name_counters, "reading name counters")
+        if keras_probe.status() == "imported"
+        else {},
+    }
+
+
+def _delta(after: Any, before: Any) -> Any:
+    if isinstance(after, (int, float)) and isinstance(before, (int, float)):
+        return after - before
+    return Unavailable("not_supported", "not measured on both sides")
+
+
+class CellMeasurement(Report):
+    """Deltas and peaks of one cell (``%%tf_mem``) or ``with measure():`` block.
+
+    ``rss_peak_method`` is ``"exact"`` (the kernel's VmHWM, reset at the start) or
+    ``"sampled"``. TF peaks are TF's own per-device counters, reset at the start.
+
+    Example:
+        >>> with measure() as m:
+        ...     block = bytearray(100 * 2**20); del block
+        >>> m.rss_peak_above_start_bytes >= 100 * 2**20
+        True
+    """
+
+    def __init__(self, label: str = "cell") -> None:
+        self.label = label
+        self.error: str | None = None
+        self.wall_s = 0.0
+        self.rss_before_bytes = 0
+        self.rss_after_bytes = 0
+        self.rss_peak_bytes = 0
+        self.rss_peak_method = "exact"
+        self.tf_before: dict[str, Any] = {}
+        self.tf_after: dict[str, Any] = {}
+        self.tf_peak: dict[str, Any] = {}
+        self.gpu_before: dict[str, Any] = {}
+        self.gpu_after: dict[str, Any] = {}
+        self.counters_before: dict[str, Any] = {}
+        self.counters_after: dict[str, Any] = {}
+
+    @property
+    def rss_delta_bytes(self) -> int:
+        return self.rss_after_bytes - self.rss_before_bytes
+
+    @property
+    def rss_peak_above_start_bytes(self) -> int:
+        return self.rss_peak_bytes - self.rss_before_bytes
+
+    def to_dict(self) -> dict[str, Any]:
+        return to_jsonable(
+            {
+                "label": self.label,
+                "error": self.error,
+                "wall_s": self.wall_s,
+                "rss_before_bytes": self.rss_before_bytes,
+                "rss_after_bytes": self.rss_after_bytes,
+                "rss_delta_bytes": self.rss_delta_bytes,
+                "rss_peak_bytes": self.rss_peak_bytes,
+                "rss_peak_above_start_bytes": self.rss_peak_above_start_bytes,
+                "rss_peak_method": self.rss_peak_method,
+                "tf_in_use_before_bytes": self.tf_before,
+                "tf_in_use_after_bytes": self.tf_after,
+                "tf_peak_bytes": self.tf_peak,
+                "gpu_process_before_bytes": self.gpu_before,
+                "gpu_process_after_bytes": self.gpu_after,
+                "counters_before": self.counters_before,
+                "counters_after": self.counters_after,
+            }
+        )
+
+    def _title(self) -> str:
+        status = f" (raised {self.error})" if self.error else ""
+        return f"kerasmagic: {self.label} took {self.wall_s:.2f} s{status}"
+
+    def _sections(self) -> list[Section]:
+        process = Section("Process")
+        process.add("RSS change", format_bytes(self.rss_delta_bytes, signed=True),
+                    f"{format_bytes(self.rss_before_bytes)} → {format_bytes(self.rss_after_bytes)}")
+        process.add("RSS peak", format_bytes(self.rss_peak_bytes),
+                    f"{format_bytes(self.rss_peak_above_start_bytes, signed=True)} above start; "
+                    + ("exact (kernel VmHWM)" if self.rss_peak_method == "exact" else "sampled every 2 ms"))
+        sections = [process]
+        devices = sorted(set(self.tf_after) | set(self.tf_before))
+        if devices:
+            tf = Section("TensorFlow allocator")
+            for device in devices:
+                before, after = self.tf_before.get(device, 0), self.tf_after.get(device)
+                tf.add(f"{device} in use change", format_bytes(_delta(after, before), signed=True),
+                       f"{format_bytes(before)} → {format_bytes(after)}")
+                tf.add(f"{device} peak", format_bytes(self.tf_peak.get(device)), "TF allocator, this cell")
+            sections.append(tf)
+        if self.gpu_after:
+            gpu = Section("GPU (NVML, this process)")
+            for device, after in self.gpu_after.items():
+                before = self.gpu_before.get(device, 0)
+                gpu.add(f"{device} change", format_bytes(_delta(after, before), signed=True),
+                        f"{format_bytes(before)} → {format_bytes(after)}")
+            sections.append(gpu)
+        graph = Section("Graph and Keras state")
+        for key, label in (("graph_op_count", "legacy graph ops"), ("custom_gradient_entries", "CustomGradient entries")):
+            before, after = self.counters_before.get(key), self.counters_after.get(key)
+            if isinstance(after, int):
+                graph.add(label, format_value(after), f"{format_value(_delta(after, before) if isinstance(before, int) else after):>} new")
+        names_after = self.counters_after.get("name_counters") or {}
+        names_before = self.counters_before.get("name_counters") or {}
+        if isinstance(names_after, dict):
+            grown = {k: v for k, v in names_after.items() if v != (names_before.get(k) if isinstance(names_before, dict) else None)}
+            if grown:
+                graph.add("name counters", ", ".join(f"{k}={v}" for k, v in sorted(grown.items())[:5]), "changed in this cell")
+        sections.append(graph)
+        return sections
+
+
+class measure:  # noqa: N801 - lower case on purpose: used like a function, `with measure():`
+    """Measure a block: RSS change and exact peak, TF allocator change and peak, GPU, graph.
+
+    The measurement is filled in even when the block raises; the exception propagates
+    unchanged.
+
+    Example:
+        >>> from kerasmagic import measure
+        >>> with measure("my block") as m:
+        ...     data = [0] * 10_000_000
+        >>> print(m)                       # doctest: +SKIP
+        >>> m.rss_delta_bytes > 0
+        True
+    """
+
+    def __init__(self, label: str = "cell") -> None:
+        self.result = CellMeasurement(label)
+        self._peak = process_probe.PeakRss()
+        self._t0 = 0.0
+
+    def __enter__(self) -> CellMeasurement:
+        result = self.result
+        result.counters_before = _counters()
+        result.gpu_before = _gpu_process_bytes()
+        result.tf_before = _tf_in_use()
+        tf_probe.reset_peaks()
+        self._peak.start()
+        result.rss_before_bytes = self._peak.start_rss_bytes
+        result.rss_peak_method = self._peak.method
+        self._t0 = time.perf_counter()
+        return result
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        result = self.result
+        result.wall_s = time.perf_counter() - self._t0
+        result.rss_peak_bytes = self._peak.stop()
+        result.rss_after_bytes = process_probe.rss_bytes()
+        stats = tf_probe.allocator_stats()
+        if not isinstance(stats, Unavailable):
+            result.tf_after = {d: s["in_use_bytes"] for d, s in stats.items()}
+            result.tf_peak = {d: s["peak_bytes"] for d, s in stats.items()}
+        result.gpu_after = _gpu_process_bytes()
+        result.counters_after = _counters()
+        if exc_type is not None:
+            result.error = exc_type.__name__
+        return False
