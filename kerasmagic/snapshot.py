@@ -134,7 +134,7 @@ class MemorySnapshot(Report):
                 continue
             index = device["index"]
             section.add(
-                f"GPU {index} used (all processes)",
+                f"GPU {index} ({device['name']}) used, all processes",
                 f"{format_bytes(device['used_bytes'])} / {format_bytes(device['total_bytes'])}",
                 "NVML",
             )

@@ -16,7 +16,7 @@ def format_bytes(value: Any, signed: bool = False) -> str:
 
     Example:
         >>> format_bytes(3 * 2**30), format_bytes(-5 * 2**20, signed=True), format_bytes(None)
-        ('3.00 GiB', '-5.0 MiB', '—')
+        ('3.00 GiB', '-5.00 MiB', '—')
     """
     if isinstance(value, Unavailable):
         return str(value)

@@ -57,6 +57,16 @@ def shutdown() -> None:
         _init_state = None
 
 
+def _pid_exists_here(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def _device_info(pynvml, index: int, pid: int) -> dict[str, Any]:
     handle = pynvml.nvmlDeviceGetHandleByIndex(index)
     memory = pynvml.nvmlDeviceGetMemoryInfo(handle)
@@ -69,8 +79,9 @@ def _device_info(pynvml, index: int, pid: int) -> dict[str, Any]:
         for process in processes:
             if process.pid == pid:
                 return int(process.usedGpuMemory or 0)
-        if processes:
-            # Inside a container NVML may report host PIDs; then we cannot tell which is ours.
+        if processes and not any(_pid_exists_here(process.pid) for process in processes):
+            # Inside a container NVML reports host PIDs: none of them is visible here, so
+            # we cannot tell which one is ours. Otherwise we are simply not on this GPU.
             return Unavailable(
                 "not_supported",
                 "this process is not among NVML's processes (a container PID namespace?)",

@@ -1,0 +1,47 @@
+"""Shared fixtures: a real IPython shell with kerasmagic loaded, and clean state between tests."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+# TensorFlow's C++ logging is noise in test output; set before anything imports it.
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+
+@pytest.fixture(scope="session")
+def ipython():
+    """The process's one real ``InteractiveShell`` (IPython allows a single instance)."""
+    from IPython.core.interactiveshell import InteractiveShell
+    from traitlets.config import Config
+
+    config = Config()
+    # An in-memory history database: tests must not write to ~/.ipython.
+    config.HistoryManager.hist_file = ":memory:"
+    shell = InteractiveShell.instance(config=config)
+    shell.colors = "nocolor"
+    return shell
+
+
+@pytest.fixture
+def shell(ipython):
+    """A shell with kerasmagic loaded and an empty namespace, output cache and last exception."""
+    import sys
+
+    ipython.reset(new_session=False)
+    for attribute in ("last_exc", "last_value", "last_traceback", "last_type"):
+        if hasattr(sys, attribute):
+            delattr(sys, attribute)
+    ipython.run_line_magic("load_ext", "kerasmagic")
+    yield ipython
+    ipython.run_line_magic("unload_ext", "kerasmagic")
+    ipython.reset(new_session=False)
+
+
+def run(shell, cell: str):
+    """Run ``cell`` as a user would (history on, so Out[] and _ fill), failing on any error."""
+    result = shell.run_cell(cell, store_history=True)
+    if not result.success:
+        raise AssertionError(f"cell failed: {result.error_before_exec or result.error_in_exec!r}\n{cell}")
+    return result.result
