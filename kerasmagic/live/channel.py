@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any
+from typing import Any, Callable
 
 from .. import events
 from ..probes import Unavailable, to_jsonable
@@ -83,6 +83,8 @@ class LiveChannel:
         self._lock = threading.Lock()
         self._send_lock = threading.Lock()
         self._listeners: dict[str, dict[str, Any]] = {}  # comm_id -> {"comm", "visible"}
+        # In-kernel views (``%tf_mem --live``): always visible while registered.
+        self._local: dict[int, Callable[[dict[str, Any]], None]] = {}
         self.sampler = Sampler(self.broadcast, interval_s=interval_s)
         self._unsubscribe = events.subscribe(self._on_event)
 
@@ -93,7 +95,28 @@ class LiveChannel:
 
     @property
     def visible_count(self) -> int:
-        return sum(1 for entry in self._listeners.values() if entry["visible"])
+        return sum(1 for entry in self._listeners.values() if entry["visible"]) + len(self._local)
+
+    def add_listener(self, callback: Callable[[dict[str, Any]], None]) -> Callable[[], None]:
+        """Feed ``callback`` every message the frontends get; returns the function that stops it.
+
+        While at least one listener is registered the sampler runs, as for a visible sidebar.
+
+        Example:
+            >>> stop = active_channel().add_listener(print)   # doctest: +SKIP
+            >>> stop()                                        # doctest: +SKIP
+        """
+        key = id(callback)
+        with self._lock:
+            self._local[key] = callback
+        self._update_sampler()
+
+        def remove() -> None:
+            with self._lock:
+                self._local.pop(key, None)
+            self._update_sampler()
+
+        return remove
 
     def _update_sampler(self) -> None:
         self.sampler.set_active(self.visible_count > 0)
@@ -106,6 +129,12 @@ class LiveChannel:
     def broadcast(self, data: dict[str, Any], visible_only: bool = True) -> None:
         with self._lock:
             targets = [e["comm"] for e in self._listeners.values() if e["visible"] or not visible_only]
+            local = list(self._local.values())
+        for callback in local:
+            try:
+                callback(data)
+            except Exception:  # noqa: BLE001 - a broken view must not starve the sidebar
+                pass
         for comm in targets:
             try:
                 self._send(comm, data)
@@ -195,8 +224,17 @@ class LiveChannel:
     # ---- pushes ---------------------------------------------------------------------------
     def _push_now(self, comm) -> None:
         """Facts (we are on the main thread here) and a sample, to one frontend."""
-        self._send(comm, self._facts_or_error())
-        self._send(comm, self.sampler.take())
+        for message in self.messages_now():
+            self._send(comm, message)
+
+    def messages_now(self) -> list[dict[str, Any]]:
+        """A ``facts`` and a ``sample`` message taken now; call it on the main thread.
+
+        Example:
+            >>> [m["method"] for m in active_channel().messages_now()]   # doctest: +SKIP
+            ['facts', 'sample']
+        """
+        return [self._facts_or_error(), self.sampler.take()]
 
     def _facts_or_error(self) -> dict[str, Any]:
         try:
@@ -263,6 +301,7 @@ class LiveChannel:
         with self._lock:
             comms = [e["comm"] for e in self._listeners.values()]
             self._listeners.clear()
+            self._local.clear()
         for comm in comms:
             try:
                 comm.close(data={"reason": "unloaded"})

@@ -1,0 +1,112 @@
+"""The comm channel in a real ipykernel through jupyter_client: what the sidebar relies on."""
+
+import json
+
+import pytest
+
+from kerasmagic.live.protocol import validate
+
+pytestmark = pytest.mark.kernel
+
+THREADS = "import threading; print(sorted(t.name for t in threading.enumerate() if t.name.startswith('kerasmagic')))"
+
+
+def _load_and_open(kernel, **open_data):
+    kernel.execute("%load_ext kerasmagic")
+    comm_id = kernel.open_comm(data={"method": "open", "visible": True, **open_data})
+    hello = kernel.comm_data(comm_id, "hello")
+    return comm_id, hello
+
+
+def test_channel_opens_with_hello_facts_and_sample(kernel):
+    comm_id, hello = _load_and_open(kernel)
+    assert validate(hello, "to_frontend") and hello["protocol_version"].startswith("1.")
+    facts = kernel.comm_data(comm_id, "facts")
+    sample = kernel.comm_data(comm_id, "sample")
+    validate(facts, "to_frontend")
+    validate(sample, "to_frontend")
+    assert sample["rss_bytes"] > 10_000_000
+    assert facts["tf_status"]["reason"] == "not_imported"  # the kernel did not import TF for us
+    assert json.loads(kernel.execute(THREADS).replace("'", '"')) == ["kerasmagic-live-sampler"]
+
+
+def test_samples_arrive_while_a_cell_runs(kernel):
+    comm_id, _ = _load_and_open(kernel, interval_s=0.5)
+    kernel.comm_data(comm_id, "sample")
+    started = len(kernel.iopub)
+    kernel.execute("import time; time.sleep(3)")
+    during = [m["content"]["data"] for m in kernel.iopub[started:]
+              if m["msg_type"] == "comm_msg" and m["content"]["comm_id"] == comm_id
+              and m["content"]["data"]["method"] == "sample"]
+    # The cell holds the shell channel for 3 s: only the sampler thread can have sent these.
+    assert len(during) >= 4, len(during)
+    assert during[-1]["ts"] - during[0]["ts"] >= 1.5
+    # ...and the main-thread facts follow the cell.
+    facts = kernel.comm_data(comm_id, "facts")
+    assert facts["execution_count"] >= 2
+
+
+def test_major_version_mismatch_is_refused(kernel):
+    kernel.execute("%load_ext kerasmagic")
+    comm_id = kernel.open_comm(protocol_version="2.0.0")
+    error = kernel.comm_data(comm_id, "error")
+    assert error["code"] == "protocol_mismatch" and "2.0.0" in error["message"]
+    kernel.wait_comm_close(comm_id)
+    no_version = kernel.open_comm(protocol_version=None)
+    assert kernel.comm_data(no_version, "error")["code"] == "protocol_mismatch"
+    assert kernel.execute(THREADS).strip() == "[]"  # a refused frontend starts no sampler
+
+
+def test_malformed_messages_get_errors_and_the_kernel_lives(kernel):
+    comm_id, _ = _load_and_open(kernel)
+    for bad, code in [("nope", "bad_message"), ({"method": "explode"}, "unknown_method"),
+                      ({"method": "configure", "interval_s": "fast"}, "bad_message"),
+                      ({"method": "clear"}, "bad_message"), ([1, 2], "bad_message")]:
+        kernel.send_comm(comm_id, bad)
+        error = kernel.comm_data(comm_id, "error")
+        assert error["code"] == code, (bad, error)
+        validate(error, "to_frontend")
+    assert kernel.execute("print(6 * 7)").strip() == "42"
+    kernel.send_comm(comm_id, {"method": "refresh"})
+    kernel.comm_data(comm_id, "facts")
+    assert "kerasmagic-live-sampler" in kernel.execute(THREADS)
+
+
+def test_clear_request_runs_clear_tf_and_answers(kernel):
+    comm_id, _ = _load_and_open(kernel)
+    kernel.send_comm(comm_id, {"method": "clear", "request_id": "c-1"})
+    result = kernel.comm_data(comm_id, "clear_result", timeout=60)
+    validate(result, "to_frontend")
+    assert result["request_id"] == "c-1" and result["ok"], result["text"]
+    assert result["text"]
+
+
+def test_hidden_sidebar_stops_samples(kernel):
+    comm_id, _ = _load_and_open(kernel, interval_s=0.2)
+    kernel.send_comm(comm_id, {"method": "visibility", "visible": False})
+    kernel.execute("import time; time.sleep(0.5)")  # the visibility message is handled first
+    mark = len(kernel.iopub)
+    kernel.execute("import time; time.sleep(1.2)")
+    samples = [m for m in kernel.iopub[mark:] if m["msg_type"] == "comm_msg"
+               and m["content"]["data"]["method"] == "sample"]
+    assert samples == []
+
+
+def test_unloaded_kernel_closes_the_comm_at_once(kernel):
+    # What the sidebar sees in a kernel without `%load_ext kerasmagic`: an immediate close.
+    comm_id = kernel.open_comm()
+    kernel.wait_comm_close(comm_id)
+    assert kernel.comm_messages(comm_id) == []
+
+
+def test_unload_leaves_no_thread_and_closes_comms(kernel):
+    comm_id, _ = _load_and_open(kernel)
+    kernel.comm_data(comm_id, "sample")
+    kernel.execute("%unload_ext kerasmagic")
+    close = kernel.wait_comm_close(comm_id)
+    assert close["content"]["data"] == {"reason": "unloaded"}
+    assert kernel.execute(THREADS).strip() == "[]"
+    # Loading again works and gives a fresh sampler.
+    comm2, _ = _load_and_open(kernel)
+    kernel.comm_data(comm2, "sample")
+    assert "kerasmagic-live-sampler" in kernel.execute(THREADS)

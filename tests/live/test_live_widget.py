@@ -1,0 +1,58 @@
+"""`%tf_mem --live`'s ipywidgets view in a real kernel: its comms open and get updates."""
+
+import pytest
+
+from kerasmagic.live.widget import _ViewState, sparkline_svg
+
+THREADS = "import threading; print(sorted(t.name for t in threading.enumerate() if t.name.startswith('kerasmagic')))"
+
+
+@pytest.mark.unit
+def test_sparkline_and_values_escape_kernel_strings():
+    state = _ViewState(history=3)
+    state.take({"method": "sample", "rss_bytes": 2048, "tf": {"status": "unavailable", "reason": "not_imported",
+                "detail": "<b>not</b> imported"}, "gpu": {"status": "unavailable", "reason": "no_device",
+                "detail": "no driver"}})
+    state.take({"method": "facts", "live_models": [{"name": "<script>x</script>"}], "name_counters": {}})
+    text = state.values_html()
+    assert "<script>" not in text and "&lt;script&gt;" in text and "&lt;b&gt;not" in text
+    assert "2.0 KiB" in text
+    assert sparkline_svg([1, None, 2]).count("<polyline") == 2
+
+
+@pytest.mark.kernel
+def test_live_view_opens_widget_comms_and_updates_from_the_sampler(kernel):
+    kernel.execute("%load_ext kerasmagic")
+    kernel.execute("from kerasmagic.live import channel; channel.active_channel().sampler.set_interval(0.3)")
+    mark = len(kernel.iopub)
+    kernel.execute("from kerasmagic.live.widget import show_live\nview = show_live()\ndisplay(view)")
+    opened = [m for m in kernel.iopub[mark:] if m["msg_type"] == "comm_open"
+              and m["content"]["target_name"] == "jupyter.widget"]
+    assert len(opened) >= 4  # VBox, title, values, sparkline, button (+ layouts/styles)
+    assert any(m["msg_type"] == "display_data" and "application/vnd.jupyter.widget-view+json" in m["content"]["data"]
+               for m in kernel.iopub[mark:])
+    mark = len(kernel.iopub)
+    kernel.execute("import time; time.sleep(1.5)")
+    updates = [m for m in kernel.iopub[mark:] if m["msg_type"] == "comm_msg"
+               and m["content"]["data"].get("method") == "update"
+               and "<svg" in str(m["content"]["data"].get("state", {}).get("value", ""))]
+    # The cell sleeps: these updates came from the sampler thread.
+    assert len(updates) >= 3, len(updates)
+    assert "kerasmagic-live-sampler" in kernel.execute(THREADS)
+    kernel.execute("view.stop()")
+    kernel.execute("%unload_ext kerasmagic")
+    assert kernel.execute(THREADS).strip() == "[]"
+
+
+@pytest.mark.kernel
+def test_tf_mem_live_magic_shows_the_view(kernel):
+    kernel.execute("%load_ext kerasmagic")
+    mark = len(kernel.iopub)
+    msg_id = kernel.client.execute("%tf_mem --live")
+    kernel.wait_for(lambda m: m["msg_type"] == "status" and m["content"]["execution_state"] == "idle"
+                    and m["parent_header"].get("msg_id") == msg_id)
+    results = [m for m in kernel.iopub[mark:] if m["msg_type"] in ("execute_result", "display_data")]
+    assert len(results) == 1, [m["msg_type"] for m in results]  # shown once, not twice
+    assert "application/vnd.jupyter.widget-view+json" in results[0]["content"]["data"]
+    kernel.execute("%unload_ext kerasmagic")
+    assert kernel.execute(THREADS).strip() == "[]"
