@@ -18,7 +18,7 @@ from typing import Any
 
 from . import events
 from .errors import KerasMagicUsageError
-from .holders import _OUTPUT_CACHE_ALIASES, _PROTECTED_NAMES, _is_cache_name, _running_shell, collect_heavy, is_heavy
+from .holders import _OUTPUT_CACHE_ALIASES, _PROTECTED_NAMES, _is_cache_name, _running_shell, collect_heavy, pins_heavy
 from .probes import keras as keras_probe
 from .probes import process as process_probe
 from .probes import tensorflow as tf_probe
@@ -254,7 +254,7 @@ def _drop_last_exception(shell) -> list[str]:
 
 def _drop_hidden(shell, step: CleanStep) -> None:
     exception_items = _drop_last_exception(shell)
-    cache_items = _drop_cache_entries(shell, is_heavy) if shell is not None else []
+    cache_items = _drop_cache_entries(shell, pins_heavy) if shell is not None else []
     step.items.extend(cache_items + exception_items)
     step.detail = f"{len(cache_items)} output-cache entries, {'the last exception' if exception_items else 'no exception'}"
 
@@ -272,7 +272,9 @@ def _keras_settings() -> dict[str, Any]:
         "traceback_filtering": keras.config.is_traceback_filtering_enabled(),
         "interactive_logging": keras.config.is_interactive_logging_enabled(),
     }
-    seed = keras.utils.get_random_seed() if hasattr(keras.utils, "get_random_seed") else None
+    # keras.utils.set_random_seed() records the seed here; there is no public getter.
+    global_state = sys.modules.get("keras.src.backend.common.global_state")
+    seed = global_state.get_global_attribute("global_random_seed") if global_state is not None else None
     if seed is not None:
         settings["random_seed"] = seed
     return settings
@@ -405,6 +407,14 @@ def _still_held(shell, report: CleanReport) -> list[str]:
     return held
 
 
+def _describe_purge(step: CleanStep, result: PurgeResult) -> None:
+    if result.skipped is not None:
+        step.skipped = result.skipped.detail
+        return
+    step.detail = f"{result.purged} purged, {result.kept_alive} kept (variables alive)" + (
+        f", {result.kept_unknown} kept (unknown layout)" if result.kept_unknown else "")
+
+
 def clear_tf(
     *names: str,
     shell=None,
@@ -479,17 +489,23 @@ def clear_tf(
     with _StepTimer(report, "purge dead CustomGradient entries") as step:
         if purge_registry:
             report.registry = purge_dead_custom_gradients()
-            if report.registry.skipped is not None:
-                step.skipped = report.registry.skipped.detail
-            else:
-                step.detail = (
-                    f"{report.registry.purged} purged, {report.registry.kept_alive} kept (model alive)"
-                    + (f", {report.registry.kept_unknown} kept (unknown layout)" if report.registry.kept_unknown else "")
-                )
+            _describe_purge(step, report.registry)
         else:
             step.skipped = "turned off (purge_registry=False)"
     with _StepTimer(report, "garbage collection") as step:
         step.detail = f"{gc.collect()} objects collected"
+    if purge_registry and report.registry is not None and report.registry.skipped is None:
+        # Models that died in that collection kept their entries alive until now (their
+        # variables were still reachable through reference cycles): purge those too, and
+        # collect their graphs, which are cycles themselves.
+        with _StepTimer(report, "purge entries of models freed by the collection") as step:
+            late = purge_dead_custom_gradients()
+            if late.purged:
+                collected = gc.collect()
+                step.detail = f"{late.purged} purged; a second collection freed their graphs ({collected} objects)"
+            else:
+                step.skipped = "none: no model died in the collection"
+            report.registry = report.registry.merged_with(late)
     with _StepTimer(report, "malloc_trim") as step:
         _malloc_trim(step)
 

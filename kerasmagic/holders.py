@@ -62,6 +62,18 @@ def is_heavy(obj: Any) -> bool:
     return size is not None and size >= LARGE_OBJECT_BYTES
 
 
+def pins_heavy(obj: Any) -> bool:
+    """``obj`` is heavy or keeps something heavy alive one level down (``History.model``, a list of models).
+
+    The output cache is purged by this test: a displayed ``History`` pins its model.
+
+    Example:
+        >>> pins_heavy([1, 2, 3]), pins_heavy("text")
+        (False, False)
+    """
+    return any(is_heavy(value) for _, value in _children("", obj))
+
+
 def describe(obj: Any) -> dict[str, Any]:
     """What an object is and how many bytes it keeps alive."""
     classes = keras_probe.model_classes()

@@ -42,19 +42,26 @@ class _CellRunner:
     exception reads as if the magic were not there.
     """
 
-    def __init__(self, shell, cell: str) -> None:
+    def __init__(self, shell, cell: str, header: str) -> None:
         self.shell = shell
         self.source = shell.transform_cell(cell)
         try:
             tree = ast.parse(self.source)
         except SyntaxError as exc:
-            raise UsageError(f"the cell does not parse: {exc.msg} (line {exc.lineno}); nothing was run") from None
+            raise UsageError(
+                f"the cell does not parse: {exc.msg} (line {(exc.lineno or 0) + 1}: {(exc.text or '').strip()!r}); "
+                "nothing was run"
+            ) from None
         tree = shell.transform_ast(tree)
+        # The magic's own line comes first in the notebook: shift by one so that tracebacks
+        # point at the line numbers the user sees, and show the header as that first line.
+        ast.increment_lineno(tree, 1)
         self.last_expression = None
         if tree.body and isinstance(tree.body[-1], ast.Expr):
             self.last_expression = ast.Expression(tree.body.pop().value)
         self.body = tree
-        self.filename = shell.compile.cache(self.source, shell.execution_count, raw_code=cell)
+        self.cell_number = current_cell_number(shell)
+        self.filename = shell.compile.cache(f"# {header}\n{self.source}", self.cell_number, raw_code=cell)
 
     def run(self) -> Any:
         __tracebackhide__ = True  # noqa: F841 - read by IPython's traceback formatter
@@ -89,6 +96,11 @@ def _reassigned_model_hints(shell, runner: "_CellRunner", named: list[str]) -> l
     listed = " ".join(names)
     return [f"{', '.join(names)} still held the previous model while this cell ran; "
             f"`%%fresh_model {listed}` deletes it before the cell so its memory is reused"]
+
+
+def current_cell_number(shell) -> int:
+    """The number of the running cell: IPython counts the next one before it executes."""
+    return max(int(shell.execution_count) - 1, 1)
 
 
 def _ends_with_semicolon(cell: str) -> bool:
@@ -135,10 +147,11 @@ class KerasMagics(Magics):
             %%tf_mem -o m
             model.fit(x, y, epochs=3)
         """
+        __tracebackhide__ = True  # noqa: F841
         args = parse_argstring(self.tf_mem, line)
         if cell is None:
             return self._tf_mem_line(args)
-        return self._tf_mem_cell(args, cell)
+        return self._tf_mem_cell(args, cell, line)
 
     def _tf_mem_line(self, args):
         if args.live:
@@ -159,15 +172,15 @@ class KerasMagics(Magics):
             display(snapshot)
         return None
 
-    def _tf_mem_cell(self, args, cell: str):
+    def _tf_mem_cell(self, args, cell: str, line: str):
         __tracebackhide__ = True  # noqa: F841
         if args.live or args.who:
             raise UsageError("%%tf_mem measures a cell; --who and --live belong to the line magic %tf_mem")
         _check_var_name(args.output or None, "-o")
         from .measure import measure
 
-        runner = _CellRunner(self.shell, cell)
-        meter = measure(label=f"cell [{self.shell.execution_count}]")
+        runner = _CellRunner(self.shell, cell, f"%%tf_mem {line}")
+        meter = measure(label=f"cell [{runner.cell_number}]")
         try:
             with meter as result:
                 value = runner.run()
@@ -287,13 +300,13 @@ class KerasMagics(Magics):
             return self._fresh_model_isolated(args, cell)
         from .fresh import fresh_model
 
-        runner = _CellRunner(self.shell, cell)
+        runner = _CellRunner(self.shell, cell, f"%%fresh_model {line}")
         hints = _reassigned_model_hints(self.shell, runner, args.names)
         with _usage_errors():
             context = fresh_model(
                 *args.names, seed=args.seed, purge_hidden=not args.keep_hidden,
                 purge_registry=not args.keep_registry, shell=self.shell,
-                label=f"cell [{self.shell.execution_count}]",
+                label=f"cell [{runner.cell_number}]",
             )
             result = context.__enter__()
         result.hints.extend(hints)

@@ -39,6 +39,16 @@ class PurgeResult:
     skipped: Unavailable | None = None
     purged_keys: list[str] = field(default_factory=list)
 
+    def merged_with(self, later: "PurgeResult") -> "PurgeResult":
+        """This pass followed by ``later``: purges add up, what is kept is what ``later`` kept."""
+        return PurgeResult(
+            purged=self.purged + later.purged,
+            kept_alive=later.kept_alive,
+            kept_unknown=later.kept_unknown,
+            skipped=later.skipped,
+            purged_keys=self.purged_keys + later.purged_keys,
+        )
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "purged": self.purged,

@@ -1,0 +1,87 @@
+"""What can go wrong in an isolated run, each as its own exception carrying the partial report.
+
+Every exception raised after a worker was involved has ``.result``: the
+:class:`~kerasmagic.isolation.result.IsolatedResult` so far (wall time, peaks, last output),
+so that the magic can show the report before it re-raises.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import KerasMagicUsageError
+
+
+class IsolationUsageError(KerasMagicUsageError):
+    """Bad input to an isolated run, found before anything ran (the magic shows a UsageError).
+
+    Example:
+        >>> raise IsolationUsageError("cannot send 'gen' to the isolated process: ...")
+        Traceback (most recent call last):
+        ...
+        kerasmagic.isolation.errors.IsolationUsageError: cannot send 'gen' to the isolated process: ...
+    """
+
+    result: Any = None
+
+
+class IsolatedTimeout(TimeoutError):
+    """The job ran past its ``timeout``; the worker was killed and gave all of its memory back.
+
+    Example:
+        >>> try:
+        ...     run_isolated("import time; time.sleep(60)", timeout=1)   # doctest: +SKIP
+        ... except IsolatedTimeout as exc:
+        ...     exc.result.status
+        'timeout'
+    """
+
+    def __init__(self, message: str, result: Any = None) -> None:
+        super().__init__(message)
+        self.result = result
+
+
+class IsolatedCrash(RuntimeError):
+    """The worker died without finishing the job (segfault, ``os._exit``, the OOM killer).
+
+    ``exit_code`` is the process's exit status, ``signal_name`` the signal that killed it
+    (``"SIGKILL"``, ``"SIGSEGV"``) or None, ``last_output`` its last lines of stdout/stderr.
+
+    Example:
+        >>> try:
+        ...     run_isolated("import os; os._exit(3)")                  # doctest: +SKIP
+        ... except IsolatedCrash as exc:
+        ...     exc.exit_code
+        3
+    """
+
+    def __init__(self, message: str, result: Any = None, exit_code: int | None = None,
+                 signal_name: str | None = None, last_output: str = "") -> None:
+        super().__init__(message)
+        self.result = result
+        self.exit_code = exit_code
+        self.signal_name = signal_name
+        self.last_output = last_output
+
+
+class IsolatedCellError(Exception):
+    """The user's code raised in the worker; the message carries the worker's traceback.
+
+    ``exc_type`` is the name of the exception raised there (``"ZeroDivisionError"``),
+    ``exc_message`` its message, ``child_traceback`` the formatted traceback.
+
+    Example:
+        >>> try:
+        ...     run_isolated("1 / 0")                                     # doctest: +SKIP
+        ... except IsolatedCellError as exc:
+        ...     exc.exc_type
+        'ZeroDivisionError'
+    """
+
+    def __init__(self, message: str, result: Any = None, exc_type: str = "", exc_message: str = "",
+                 child_traceback: str = "") -> None:
+        super().__init__(message)
+        self.result = result
+        self.exc_type = exc_type
+        self.exc_message = exc_message
+        self.child_traceback = child_traceback

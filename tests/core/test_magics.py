@@ -1,0 +1,217 @@
+"""The magics in a real InteractiveShell with real TensorFlow/Keras on CPU."""
+
+from __future__ import annotations
+
+import gc
+import re
+import sys
+
+import pytest
+from IPython.core.error import UsageError
+
+from kerasmagic.probes.process import rss_bytes
+from tests.conftest import run
+
+pytestmark = [pytest.mark.shell, pytest.mark.frameworks]
+
+MAKE_MODEL = """
+import gc, weakref
+import numpy as np
+import keras
+
+def make_model(width=64):
+    model = keras.Sequential([keras.Input((16,)), keras.layers.Dense(width, activation="relu"), keras.layers.Dense(1)])
+    model.compile(optimizer="adam", loss="mse")
+    return model
+
+x = np.random.default_rng(0).random((256, 16), dtype=np.float32)
+y = x.sum(axis=1, keepdims=True)
+"""
+
+
+@pytest.fixture
+def keras_shell(shell):
+    run(shell, MAKE_MODEL)
+    return shell
+
+
+def error_of(result):
+    return result.error_before_exec or result.error_in_exec
+
+
+def test_model_held_only_by_the_output_cache_is_freed(keras_shell):
+    shell = keras_shell
+    run(shell, "make_model()")  # displayed: now Out[n], _ and IPython's hidden copies hold it
+    run(shell, "ref = weakref.ref(_)")
+    run(shell, "gc.collect()")
+    assert shell.user_ns["ref"]() is not None, "precondition: the output cache keeps the model alive"
+    report = run(shell, "%clear_tf -q -o")
+    assert shell.user_ns["ref"]() is None
+    assert report.models_freed >= 1
+    assert any(item.startswith("Out[") for item in report.dropped)
+    assert any(item.startswith("user_ns_hidden[") for item in report.dropped)
+
+
+def test_a_gib_array_held_by_the_last_exception_is_freed(keras_shell):
+    shell = keras_shell
+    cell = "def load():\n    big = np.ones(2**27)  # 1 GiB\n    raise ValueError('bad shape')\nload()"
+    result = shell.run_cell(cell, store_history=True)
+    assert isinstance(result.error_in_exec, ValueError)
+    gc.collect()
+    before = rss_bytes()
+    report = run(shell, "%clear_tf -q -o")
+    freed = before - rss_bytes()
+    assert freed > 0.9 * 2**30, f"only {freed / 2**20:.0f} MiB freed"
+    assert any("last exception ValueError" in item for item in report.dropped)
+    assert not hasattr(sys, "last_value") and shell.InteractiveTB.tb is None
+
+
+def test_who_names_every_holder(keras_shell):
+    shell = keras_shell
+    run(shell, "model = make_model()\nhistory = model.fit(x, y, epochs=1, verbose=0)")
+    run(shell, "make_model()")
+    snapshot = run(shell, "%tf_mem --who -o")
+    text = str(snapshot)
+    assert re.search(r"model, history\.model|history\.model, model", text)
+    assert "Out[" in text and "user_ns_hidden['_']" in text
+
+
+def test_layer_names_restart(keras_shell):
+    shell = keras_shell
+    run(shell, "for _i in range(3): make_model()")
+    run(shell, "%clear_tf -q")
+    assert run(shell, "make_model().layers[0].name") == "dense"
+    run(shell, "%%fresh_model -q\nm = make_model()")
+    assert run(shell, "m.layers[0].name") == "dense"
+
+
+def test_alive_model_keeps_training_and_predicting_after_the_registry_purge(keras_shell):
+    shell = keras_shell
+    run(shell, "keep = make_model(); keep.fit(x, y, epochs=1, verbose=0)")
+    run(shell, "for _i in range(3):\n    _m = make_model(); _m.fit(x, y, epochs=1, verbose=0)\ndel _m, _i")
+    run(shell, "before = keep.predict(x, verbose=0)")
+    report = run(shell, "%clear_tf -q -o")
+    assert report.registry is not None and report.registry.purged >= 3, report.registry
+    assert report.registry.kept_alive >= 1
+    run(shell, "after = keep.predict(x, verbose=0)")
+    run(shell, "np.testing.assert_array_equal(before, after)")
+    losses = run(shell, "keep.fit(x, y, epochs=3, batch_size=64, verbose=0).history['loss']")
+    assert losses[-1] < losses[0]
+
+
+def test_registry_growth_stops_with_fresh_model(keras_shell):
+    shell = keras_shell
+    counts = []
+    for _ in range(4):
+        run(shell, "%%fresh_model -q model\nmodel = make_model(); model.fit(x, y, epochs=1, verbose=0)"
+            if "model" in shell.user_ns else
+            "%%fresh_model -q\nmodel = make_model(); model.fit(x, y, epochs=1, verbose=0)")
+        counts.append(run(shell, "%tf_mem -o").tensorflow["custom_gradient_entries"])
+    assert counts[-1] == counts[1], f"registry keeps growing: {counts}"
+
+
+def test_peak_of_a_cell_that_allocates_and_frees_500_mb(keras_shell):
+    shell = keras_shell
+    run(shell, "%%tf_mem -q -o m\nblock = np.ones(500 * 10**6 // 8)\ndel block")
+    measured = shell.user_ns["m"].rss_peak_above_start_bytes
+    assert abs(measured - 500e6) < 0.05 * 500e6, f"peak {measured / 1e6:.0f} MB for a 500 MB cell"
+    assert abs(shell.user_ns["m"].rss_delta_bytes) < 50e6
+
+
+def test_tf_mem_cell_reports_then_the_users_exception_propagates(keras_shell, capsys):
+    shell = keras_shell
+    result = shell.run_cell("%%tf_mem -o m\nvalue = 41\nraise KeyError('user error')", store_history=True)
+    assert isinstance(result.error_in_exec, KeyError) and result.error_in_exec.args == ("user error",)
+    assert shell.user_ns["value"] == 41
+    assert shell.user_ns["m"].error == "KeyError"
+    out = capsys.readouterr().out
+    assert "raised KeyError" in out
+    assert out.index("raised KeyError") < out.index("KeyError: 'user error'")
+    assert "kerasmagic/magics.py" not in out, "our frames must be hidden from the user's traceback"
+    # The traceback points at the line the user sees (the magic line is line 1).
+    assert "----> 3 raise KeyError('user error')" in out
+
+
+def test_fresh_model_keeps_mixed_precision_and_seed(keras_shell):
+    shell = keras_shell
+    run(shell, "keras.config.set_dtype_policy('mixed_float16'); keras.utils.set_random_seed(7)")
+    report = run(shell, "%clear_tf -q -o")
+    assert run(shell, "keras.config.dtype_policy().name") == "mixed_float16"
+    seed_of = "__import__('keras.src.backend.common.global_state').src.backend.common.global_state" \
+        ".get_global_attribute('global_random_seed')"
+    assert run(shell, seed_of) == 7
+    assert report.preserved_settings["dtype_policy"] == "mixed_float16"
+    run(shell, "%%fresh_model -q --seed 3\nw = make_model().layers[0].kernel.numpy()")
+    run(shell, "%%fresh_model -q --seed 3\nw2 = make_model().layers[0].kernel.numpy()")
+    run(shell, "np.testing.assert_array_equal(w, w2)")
+    assert run(shell, "keras.config.dtype_policy().name") == "mixed_float16"
+    run(shell, "keras.config.set_dtype_policy('float32')")
+
+
+def test_clear_inside_a_graph_block(keras_shell):
+    shell = keras_shell
+    run(shell, "import tensorflow as tf\ng = tf.Graph()")
+    run(shell, "with g.as_default():\n    c = tf.constant(1.0)\n    r = get_ipython().run_line_magic('clear_tf', '-q -o')")
+    report = shell.user_ns["r"]
+    keras_step = next(s for s in report.steps if s.name.startswith("clear Keras"))
+    assert keras_step.skipped is None and "graph kept" in keras_step.detail
+    assert run(shell, "len(g.get_operations())") == 1
+
+
+def test_never_deletes_a_variable_it_was_not_given(keras_shell):
+    shell = keras_shell
+    run(shell, "model = make_model(); same = model; data = np.ones(10**6)")
+    report = run(shell, "%clear_tf model -q -o")
+    assert "model" not in shell.user_ns
+    assert shell.user_ns["same"] is not None and shell.user_ns["data"].shape == (10**6,)
+    assert any("same" in line for line in report.still_held)
+
+
+@pytest.mark.parametrize(
+    "line, fragment",
+    [
+        ("%clear_tf no_such_variable", "no variable named 'no_such_variable'"),
+        ("%clear_tf --seed forty", "invalid int value"),
+        ("%clear_tf --frobnicate", "unrecognized arguments"),
+        ("%tf_mem --who --live", "--live shows a live view"),
+        ("%tf_mem -o 1x", "-o needs a variable name"),
+        ("%%tf_mem --who\n1", "belong to the line magic"),
+        ("%%fresh_model --timeout 5\n1", "only work with --isolate"),
+        ("%%fresh_model --isolate --env NOEQUALS\n1", "--env takes KEY=VALUE"),
+        ("%%fresh_model --isolate model\n1", "nothing to delete"),
+        ("%%fresh_model --isolate --timeout -1\n1", "positive number"),
+        ("%%fresh_model -o\n1", "expected one argument"),
+        ("%%fresh_model not_defined\n1", "no variable named 'not_defined'"),
+        ("%%tf_mem\nx = (1,\nprint(x)", "does not parse"),
+    ],
+)
+def test_bad_arguments_raise_usage_error_and_keep_the_users_data(keras_shell, capsys, line, fragment):
+    shell = keras_shell
+    run(shell, "precious = [1, 2, 3]")
+    result = shell.run_cell(line, store_history=True)
+    error = error_of(result)
+    assert isinstance(error, UsageError), repr(error)
+    assert fragment in str(error)
+    assert shell.user_ns["precious"] == [1, 2, 3]
+    assert "Traceback" not in capsys.readouterr().out
+
+
+def test_help_has_examples(keras_shell):
+    for name, kind in (("tf_mem", "line"), ("clear_tf", "line"), ("fresh_model", "cell")):
+        doc = keras_shell.find_magic(name, kind).__doc__
+        assert "Examples" in doc and "--" in doc, name
+
+
+def test_load_and_unload_are_symmetric(ipython):
+    before_line = set(ipython.magics_manager.magics["line"])
+    before_cell = set(ipython.magics_manager.magics["cell"])
+    before_hooks = {name: list(callbacks) for name, callbacks in ipython.events.callbacks.items()}
+    ipython.run_line_magic("load_ext", "kerasmagic")
+    assert "tf_mem" in ipython.magics_manager.magics["line"]
+    assert "fresh_model" in ipython.magics_manager.magics["cell"]
+    ipython.run_line_magic("unload_ext", "kerasmagic")
+    assert set(ipython.magics_manager.magics["line"]) == before_line
+    assert set(ipython.magics_manager.magics["cell"]) == before_cell
+    assert {name: list(callbacks) for name, callbacks in ipython.events.callbacks.items()} == before_hooks
+    ipython.run_line_magic("load_ext", "kerasmagic")
+    ipython.run_line_magic("unload_ext", "kerasmagic")
