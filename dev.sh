@@ -18,6 +18,12 @@ setup_python() {
   "$VENV/bin/python" -m pip install -q --upgrade pip
   log "installing kerasmagic with its test extras (TensorFlow CPU build; first run takes a few minutes)"
   "$VENV/bin/python" -m pip install -q -e ".[test]"
+  # tf-keras (the legacy graph-mode path we also test) depends on the full `tensorflow`
+  # package, which would install a second TensorFlow over tensorflow-cpu: take it without
+  # dependencies, matched to the installed TensorFlow's minor version.
+  local tf_minor
+  tf_minor=$("$VENV/bin/python" -c 'from importlib.metadata import version; print(".".join(version("tensorflow-cpu").split(".")[:2]))')
+  "$VENV/bin/python" -m pip install -q --no-deps "tf-keras==${tf_minor}.*"
 }
 
 setup_browser() {
