@@ -163,6 +163,11 @@ export class LiveConnection implements IDisposable {
     return this._session?.kernelDisplayName ?? '';
   }
 
+  /** The sampling interval this sidebar asks for (settings). */
+  get intervalS(): number {
+    return this._intervalS;
+  }
+
   get sessionContext(): ISessionContext | null {
     return this._session;
   }

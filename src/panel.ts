@@ -178,6 +178,9 @@ export class KerasMagicPanel extends Widget {
       this.node.dataset.sampleTs = String(sample.ts);
       this.node.dataset.sampleSeq = String(sample.seq);
       this.node.dataset.renderedTs = String(Date.now() / 1000);
+      this.node.dataset.rssBytes = isNumber(sample.rss_bytes) ? String(sample.rss_bytes) : '';
+      const tfInUse = sumDevices(sample.tf, 'in_use_bytes', name => !isGpuDevice(name));
+      this.node.dataset.tfInUseBytes = tfInUse === null ? '' : String(tfInUse);
     }
     if (facts) {
       this._renderFacts(facts);
@@ -333,18 +336,9 @@ export class KerasMagicPanel extends Widget {
     this._footer.textContent = trans.__(
       'Sample %1 · every %2 · cost %3',
       sample.seq,
-      formatSeconds(this.connection.state.kind === 'connected' ? this._intervalS() : NaN),
+      formatSeconds(this.connection.intervalS),
       formatSeconds(sample.sample_cost_s)
     );
-  }
-
-  private _intervalS(): number {
-    const points = this._points(SERIES.rss);
-    if (points.length < 2) {
-      const state = this.connection.state;
-      return state.kind === 'connected' ? state.hello.interval_s : NaN;
-    }
-    return points[points.length - 1].ts - points[points.length - 2].ts;
   }
 
   private _renderFacts(facts: IFacts): void {

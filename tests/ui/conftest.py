@@ -1,0 +1,167 @@
+"""A real `jupyter lab` on a free port in a temp dir, and headless Chromium driving it."""
+
+import json
+import os
+import secrets
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+ARTIFACTS = Path(__file__).parents[2] / "test-artifacts"
+CHROMIUM = os.environ.get("KERASMAGIC_CHROMIUM", "/usr/bin/chromium")
+# From background.md: what Chromium needs to run headless here (no sandbox as root, no GPU,
+# no network side traffic that would stall in an offline container).
+CHROMIUM_ARGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+]
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def notebook(cells: list[str]) -> dict:
+    return {
+        "cells": [{"cell_type": "code", "execution_count": None, "id": f"c{i}", "metadata": {},
+                   "outputs": [], "source": src} for i, src in enumerate(cells)],
+        "metadata": {"kernelspec": {"display_name": "Python 3 (ipykernel)", "language": "python",
+                                    "name": "python3"}},
+        "nbformat": 4, "nbformat_minor": 5,
+    }
+
+
+class LabServer:
+    def __init__(self, root: Path) -> None:
+        if not Path(CHROMIUM).exists():
+            pytest.skip(f"no Chromium at {CHROMIUM}: run ./dev.sh test (installs it) or set KERASMAGIC_CHROMIUM")
+        self.root = root
+        self.port = _free_port()
+        self.token = secrets.token_hex(16)
+        self.url = f"http://127.0.0.1:{self.port}"
+        home = root / "home"
+        env = dict(os.environ, JUPYTER_CONFIG_DIR=str(home / "config"), JUPYTER_RUNTIME_DIR=str(home / "runtime"),
+                   TF_CPP_MIN_LOG_LEVEL="3", PYTHONUNBUFFERED="1")
+        args = [sys.executable, "-m", "jupyter", "lab", "--no-browser", f"--port={self.port}",
+                "--ServerApp.ip=127.0.0.1", f"--IdentityProvider.token={self.token}",
+                f"--ServerApp.root_dir={root}", "--LabApp.expose_app_in_browser=True",
+                f"--LabApp.workspaces_dir={home / 'workspaces'}",
+                f"--LabApp.user_settings_dir={home / 'settings'}",
+                "--ServerApp.open_browser=False"]
+        if hasattr(os, "geteuid") and os.geteuid() == 0:
+            args.append("--ServerApp.allow_root=True")
+        # No "get notified about news?" toast over the screenshots.
+        notification = home / "settings" / "@jupyterlab" / "apputils-extension" / "notification.jupyterlab-settings"
+        notification.parent.mkdir(parents=True, exist_ok=True)
+        notification.write_text(json.dumps({"fetchNews": "false", "checkForUpdates": False}))
+        self.log = open(root / "server.log", "w")
+        self.process = subprocess.Popen(args, cwd=root, env=env, stdout=self.log, stderr=subprocess.STDOUT)
+        self._wait_ready()
+
+    def _wait_ready(self, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"jupyter lab exited: {(self.root / 'server.log').read_text()[-3000:]}")
+            try:
+                with urllib.request.urlopen(f"{self.url}/api/status?token={self.token}", timeout=2) as reply:
+                    json.load(reply)
+                    return
+            except OSError:
+                time.sleep(0.3)
+        raise TimeoutError("jupyter lab did not start")
+
+    def lab_url(self, path: str) -> str:
+        return f"{self.url}/lab/tree/{path}?token={self.token}&reset"
+
+    def stop(self) -> None:
+        self.process.terminate()
+        try:
+            self.process.wait(15)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        self.log.close()
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    server = LabServer(tmp_path_factory.mktemp("lab"))
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        try:
+            yield chromium
+        finally:
+            chromium.close()
+
+
+@pytest.fixture
+def page(browser):
+    context = browser.new_context(viewport={"width": 1400, "height": 900})
+    page = context.new_page()
+    page.set_default_timeout(60_000)
+    try:
+        yield page
+    finally:
+        context.close()
+
+
+@pytest.fixture(scope="session")
+def artifacts() -> Path:
+    ARTIFACTS.mkdir(exist_ok=True)
+    return ARTIFACTS
+
+
+def wait_kernel_ready(page) -> None:
+    """Wait until the current notebook's kernel is really connected (background.md)."""
+    page.wait_for_function(
+        """() => {
+            const app = window.jupyterapp;
+            const nb = app && app.shell.currentWidget;
+            const ctx = nb && nb.sessionContext;
+            return !!(ctx && ctx.isReady && ctx.session && ctx.session.kernel
+                      && ctx.session.kernel.connectionStatus === 'connected'
+                      && ctx.session.kernel.status === 'idle');
+        }""",
+        timeout=90_000,
+    )
+
+
+def run_cell(page, index: int) -> None:
+    """Run one cell of the current notebook through JupyterLab's own command (no waiting)."""
+    page.evaluate(
+        """async (index) => {
+            const app = window.jupyterapp;
+            const panel = app.shell.currentWidget;
+            panel.content.activeCellIndex = index;
+            // Not awaited: the command resolves only when the cell has finished.
+            void app.commands.execute('notebook:run-cell');
+        }""",
+        index,
+    )
+
+
+def kernel_status(page) -> str:
+    return page.evaluate("() => window.jupyterapp.shell.currentWidget.sessionContext.session.kernel.status")
+
+
+def panel_data(page) -> dict:
+    return page.evaluate("() => Object.assign({}, document.getElementById('kerasmagic-sidebar').dataset)")

@@ -1,0 +1,98 @@
+"""The sidebar in a real JupyterLab and headless Chromium: attach, live during fit(), clear, reload."""
+
+import json
+import time
+
+import pytest
+
+from .conftest import kernel_status, notebook, panel_data, run_cell, wait_kernel_ready
+
+pytestmark = pytest.mark.ui
+
+CELLS = [
+    "%load_ext kerasmagic",
+    # ~5 s of fit() on 2 cores: long enough to watch several samples arrive mid-cell.
+    "import numpy as np, keras\n"
+    "x = np.random.rand(16000, 256).astype('float32'); y = np.random.randint(0, 10, 16000)\n"
+    "model = keras.Sequential([keras.Input((256,)), keras.layers.Dense(1024, activation='relu'),\n"
+    "                          keras.layers.Dense(1024, activation='relu'), keras.layers.Dense(10)])\n"
+    "model.compile('adam', keras.losses.SparseCategoricalCrossentropy(from_logits=True))\n"
+    "model.fit(x, y, epochs=2, batch_size=64, verbose=0)\n"
+    "del model",
+]
+
+
+def _wait_idle(page, timeout_s: float = 120) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if kernel_status(page) == "idle":
+            return
+        time.sleep(0.2)
+    raise TimeoutError("kernel stayed busy")
+
+
+def test_sidebar_live_during_fit_clear_and_reload(lab, page, artifacts):
+    (lab.root / "sidebar.ipynb").write_text(json.dumps(notebook(CELLS)))
+    page.goto(lab.lab_url("sidebar.ipynb"))
+    page.wait_for_function("() => !!window.jupyterapp")
+    wait_kernel_ready(page)
+    page.evaluate("() => window.jupyterapp.shell.activateById('kerasmagic-sidebar')")
+    sidebar = page.locator("#kerasmagic-sidebar")
+
+    # 1. Not loaded yet: the panel says so and shows the line to run.
+    page.wait_for_selector("#kerasmagic-sidebar[data-state='not_loaded']")
+    assert "%load_ext kerasmagic" in sidebar.locator(".jp-KerasMagic-code").text_content()
+    page.screenshot(path=str(artifacts / "sidebar-1-not-loaded.png"))
+
+    # 2. Loading attaches the sidebar without any click.
+    run_cell(page, 0)
+    page.wait_for_selector("#kerasmagic-sidebar[data-state='connected'][data-sample-seq]")
+    assert "not imported" in sidebar.locator("[data-metric='tf'] .jp-KerasMagic-note").text_content()
+
+    # 3. Numbers move while fit() holds the kernel.
+    run_cell(page, 1)
+    seen_seq, seen_rss, deadline = set(), set(), time.monotonic() + 120
+    while time.monotonic() < deadline:
+        busy = kernel_status(page) == "busy"
+        data = panel_data(page)
+        if busy:
+            seen_seq.add(data.get("sampleSeq"))
+            seen_rss.add(sidebar.locator("[data-metric='rss'] .jp-KerasMagic-value").text_content())
+            if len(seen_seq) == 3:
+                page.screenshot(path=str(artifacts / "sidebar-2-during-fit.png"))
+        elif len(seen_seq) > 1:
+            break
+        time.sleep(0.25)
+    assert len(seen_seq) >= 3, f"samples seen while the cell ran: {seen_seq}"
+    assert len(seen_rss) >= 2, f"RSS values seen while the cell ran: {seen_rss}"
+    _wait_idle(page)
+    page.wait_for_function(
+        "() => document.getElementById('kerasmagic-sidebar').dataset.tfInUseBytes > 0", timeout=20_000
+    )
+    before = int(panel_data(page)["tfInUseBytes"])
+    assert sidebar.locator(".jp-KerasMagic-chip").count() >= 1  # Keras name counters (dense ...)
+
+    # 4. Clear session: report shown, TF's in-use bytes drop (the deleted model was pinned).
+    sidebar.locator(".jp-KerasMagic-clear").click()
+    page.wait_for_selector("#kerasmagic-sidebar .jp-KerasMagic-report[data-status='ok']", timeout=60_000)
+    report = sidebar.locator(".jp-KerasMagic-report").text_content()
+    assert "cleaned" in report or "clear" in report.lower(), report
+    page.wait_for_function(
+        f"() => Number(document.getElementById('kerasmagic-sidebar').dataset.tfInUseBytes) < {before}",
+        timeout=20_000,
+    )
+    after = int(panel_data(page)["tfInUseBytes"])
+    page.screenshot(path=str(artifacts / "sidebar-3-after-clear.png"))
+    print(f"TF in use before clear {before} B, after {after} B")
+
+    # 5. Reload: the new page re-attaches to the same kernel.
+    page.reload()
+    page.wait_for_function("() => !!window.jupyterapp")
+    wait_kernel_ready(page)
+    page.evaluate("() => window.jupyterapp.shell.activateById('kerasmagic-sidebar')")
+    page.wait_for_selector("#kerasmagic-sidebar[data-state='connected'][data-sample-seq]", timeout=30_000)
+
+    # 6. Dark theme: the panel uses theme variables only.
+    page.evaluate("() => window.jupyterapp.commands.execute('apputils:change-theme', {theme: 'JupyterLab Dark'})")
+    page.wait_for_function("() => document.body.dataset.jpThemeLight === 'false'")
+    page.screenshot(path=str(artifacts / "sidebar-4-reloaded-dark.png"))
