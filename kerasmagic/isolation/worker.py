@@ -170,8 +170,12 @@ def _set_seed(seed: int) -> None:
 
 
 def _format_user_traceback(exc: BaseException) -> str:
-    # Skip our own frame (the exec/call in _run_job): the user sees only their code.
-    tb = exc.__traceback__.tb_next if exc.__traceback__ is not None else None
+    # Skip our leading frames (_run_job, _run_code, decode): the user sees only their code.
+    our_folder = os.path.dirname(os.path.abspath(__file__))
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None and \
+            os.path.dirname(os.path.abspath(tb.tb_frame.f_code.co_filename)) == our_folder:
+        tb = tb.tb_next
     return "".join(traceback.format_exception(type(exc), exc, tb))
 
 

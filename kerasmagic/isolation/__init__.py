@@ -1,0 +1,33 @@
+"""Run code in a fresh process that gives every byte back: ``%%fresh_model --isolate``.
+
+Only the end of a process returns TensorFlow's GPU memory and its CPU pool. This package
+runs a cell (or a function) in a pre-started worker interpreter that already imported the
+kernel's frameworks, ships its inputs in and its results out, streams its output, and lets
+the process end. Importing it is cheap: no TensorFlow, no numpy.
+
+Example:
+    >>> from kerasmagic.isolation import run_isolated, configure_pool
+    >>> configure_pool(size=1, idle_timeout=600)
+    >>> result = run_isolated("import numpy as np; s = float(np.ones(4).sum())")   # doctest: +SKIP
+    >>> result.outputs["s"]                                                         # doctest: +SKIP
+    4.0
+"""
+
+from __future__ import annotations
+
+from .api import run_isolated
+from .errors import IsolatedCellError, IsolatedCrash, IsolatedTimeout, IsolationUsageError
+from .pool import configure_pool, shutdown_default_pool
+from .result import IsolatedHistory, IsolatedResult
+
+__all__ = [
+    "run_isolated",
+    "IsolatedResult",
+    "IsolatedHistory",
+    "IsolationUsageError",
+    "IsolatedTimeout",
+    "IsolatedCrash",
+    "IsolatedCellError",
+    "configure_pool",
+    "shutdown_default_pool",
+]

@@ -1,0 +1,113 @@
+"""``run_isolated()``: run code or a function in a fresh worker process, for scripts and loops."""
+
+from __future__ import annotations
+
+import shutil
+import time
+from typing import Any, Callable
+
+from ..probes.process import rss_bytes
+from .cell_names import analyse
+from .errors import IsolationUsageError
+from .pool import worker_spec
+from .result import IsolatedResult
+from .runner import Job, run_job
+from .shipping import ShippingError, describe, encode, make_job_directory
+
+_SCRIPT_HINT = "create it inside the isolated code, or pass a picklable value instead"
+
+
+def check_options(timeout: float | None, env: dict[str, str] | None, outputs: list[str] | None) -> None:
+    """Reject bad options before anything runs, with what to do instead."""
+    if timeout is not None and (not isinstance(timeout, (int, float)) or timeout <= 0):
+        raise IsolationUsageError(f"timeout must be a positive number of seconds, got {timeout!r}")
+    for key, value in (env or {}).items():
+        if not isinstance(key, str) or not key or "=" in key or not isinstance(value, str):
+            raise IsolationUsageError(f"env takes string names and values, e.g. {{'TF_ENABLE_ONEDNN_OPTS': '0'}}; got {key!r}: {value!r}")
+    for name in outputs or []:
+        if not isinstance(name, str) or not name.isidentifier():
+            raise IsolationUsageError(f"outputs are variable names; {name!r} is not one")
+
+
+def encode_named(name: str, value: Any, directory: str, result: IsolatedResult, hint: str) -> dict[str, Any]:
+    """Encode one input, turning a failure into an error that names it and says what to do."""
+    try:
+        spec = encode(name, value, directory)
+    except ShippingError as exc:
+        raise IsolationUsageError(f"cannot send {name!r} to the isolated process: {exc.reason}; {hint}") from None
+    result.sent.append(describe(name, spec))
+    return spec
+
+
+def run_isolated(code_or_function: str | Callable[..., Any], *, inputs: dict[str, Any] | None = None,
+                 outputs: list[str] | None = None, args: tuple = (), kwargs: dict[str, Any] | None = None,
+                 timeout: float | None = None, gpu: str | int | None = None, env: dict[str, str] | None = None,
+                 seed: int | None = None, quiet: bool = False) -> IsolatedResult:
+    """Run code or a function in a fresh worker process; every byte it used is returned at the end.
+
+    A string of code runs with ``inputs`` as its globals; the names it assigns (or only
+    ``outputs``) come back in ``result.outputs``. A function is called with ``args`` and
+    ``kwargs``; its return value comes back as ``result.value``. Keras models travel as
+    ``.keras`` files, a ``History`` comes back as an :class:`IsolatedHistory`.
+
+    Args:
+        timeout: kill the worker after this many seconds (raises :class:`IsolatedTimeout`).
+        gpu: ``CUDA_VISIBLE_DEVICES`` for the worker, e.g. ``0`` or ``"0,1"``.
+        env: environment for the worker, set before TensorFlow starts
+            (e.g. ``{"TF_GPU_ALLOCATOR": "cuda_malloc_async"}``).
+        seed: ``keras.utils.set_random_seed(seed)`` in the worker before the code runs.
+        quiet: do not forward the worker's stdout/stderr (it is still kept in
+            ``result.last_output``); useful for loops with ``verbose`` training.
+
+    Raises:
+        IsolationUsageError: bad options, or an input that cannot be sent (nothing ran).
+        IsolatedCellError: the code raised; the message carries the worker's traceback.
+        IsolatedTimeout, IsolatedCrash: the worker was killed, or died.
+        KeyboardInterrupt: interrupted; the worker was killed.
+
+    Example:
+        >>> def fold(k):
+        ...     model = make_model(); model.fit(x[train[k]], y[train[k]], verbose=0)
+        ...     return model.evaluate(x[test[k]], y[test[k]], verbose=0)
+        >>> scores = [run_isolated(fold, args=(k,), timeout=600).value for k in range(10)]  # doctest: +SKIP
+        >>> run_isolated("y = x * 2", inputs={"x": 21}).outputs                          # doctest: +SKIP
+        {'y': 42}
+    """
+    __tracebackhide__ = True  # noqa: F841
+    check_options(timeout, env, outputs)
+    result = IsolatedResult("isolated function" if callable(code_or_function) else "isolated code")
+    result.kernel_rss_before_bytes = rss_bytes()
+    directory = make_job_directory()
+    started = time.perf_counter()
+    try:
+        if isinstance(code_or_function, str):
+            try:
+                names = analyse(code_or_function)
+            except SyntaxError as exc:
+                raise IsolationUsageError(f"the isolated code does not parse: {exc}") from None
+            specs = {name: encode_named(name, value, directory, result, _SCRIPT_HINT)
+                     for name, value in (inputs or {}).items()}
+            wanted = list(outputs) if outputs is not None else names.assigns
+            job = Job("code", directory, code=code_or_function, inputs=specs, outputs=wanted,
+                      required_outputs=list(outputs or []), seed=seed)
+        elif callable(code_or_function):
+            if inputs or outputs:
+                raise IsolationUsageError("inputs/outputs are for code strings; pass a function's data as args/kwargs")
+            call = {
+                "function": encode_named(getattr(code_or_function, "__name__", "function"), code_or_function,
+                                         directory, result, "define it at module level or in the notebook"),
+                "args": [encode_named(f"args[{i}]", value, directory, result, _SCRIPT_HINT)
+                         for i, value in enumerate(args)],
+                "kwargs": {key: encode_named(f"kwargs[{key!r}]", value, directory, result, _SCRIPT_HINT)
+                           for key, value in (kwargs or {}).items()},
+            }
+            job = Job("function", directory, call=call, seed=seed)
+        else:
+            raise IsolationUsageError(
+                f"run_isolated() takes a string of code or a function, not {type(code_or_function).__name__}")
+        result.ship_in_s = time.perf_counter() - started
+    except BaseException:
+        shutil.rmtree(directory, ignore_errors=True)
+        raise
+    spec = worker_spec(gpu=None if gpu is None else str(gpu), env=env)
+    return run_job(job, spec, result, timeout=timeout, forward_output=not quiet)

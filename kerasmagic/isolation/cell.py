@@ -1,0 +1,113 @@
+"""``run_cell_isolated()``: the kernel side of ``%%fresh_model --isolate``.
+
+Reads the cell's inputs from ``shell.user_ns``, runs it in a worker with its output
+streaming into the cell, and puts the names it assigned back into ``shell.user_ns``;
+nothing else in the namespace changes, whatever happens.
+"""
+
+from __future__ import annotations
+
+import builtins
+import re
+import shutil
+import time
+
+from ..probes.process import rss_bytes
+from .api import check_options, encode_named
+from .cell_names import analyse
+from .errors import IsolationUsageError
+from .pool import worker_spec
+from .result import IsolatedResult
+from .runner import Job, run_job
+from .shipping import make_job_directory
+
+_CELL_HINT = "build it inside the cell or pass --in with a picklable value"
+# IPython's own entries: the input/output history and its shortcuts, never user data.
+_IPYTHON_NAMES = {"In", "Out", "get_ipython", "exit", "quit", "_", "__", "___", "_i", "_ii", "_iii",
+                  "_ih", "_oh", "_dh", "_sh"}
+_HISTORY_NAME = re.compile(r"^_i?\d+$")
+
+
+def _is_ipython_name(shell, name: str) -> bool:
+    if name in _IPYTHON_NAMES or _HISTORY_NAME.match(name) or (name.startswith("__") and name.endswith("__")):
+        return True
+    hidden = getattr(shell, "user_ns_hidden", {})
+    return name in hidden and shell.user_ns.get(name) is hidden[name]
+
+
+def cell_inputs(shell, reads: list[str], explicit: list[str]) -> list[str]:
+    """The names to send: those the cell reads that the user defined, plus ``--in`` names."""
+    names = []
+    for name in reads:
+        if name not in shell.user_ns or _is_ipython_name(shell, name):
+            continue
+        if name in vars(builtins) and shell.user_ns[name] is vars(builtins)[name]:
+            continue
+        names.append(name)
+    for name in explicit:
+        if name not in shell.user_ns:
+            raise IsolationUsageError(f"--in {name}: no variable named {name!r} in this notebook; %who lists them")
+        if name not in names:
+            names.append(name)
+    return names
+
+
+def run_cell_isolated(shell, cell: str, *, inputs: list[str] | None, outputs: list[str] | None, no_return: bool,
+                      timeout: float | None, gpu: str | None, env: dict[str, str], seed: int | None,
+                      quiet: bool) -> IsolatedResult:
+    """Run a notebook cell in a fresh worker process and bring the names it assigns back.
+
+    The names the cell reads are sent from ``shell.user_ns`` (plus ``inputs``); the names it
+    assigns (or only ``outputs``; none with ``no_return``) are put into ``shell.user_ns``.
+    Output streams into the cell while it runs; ``display()`` and figures show as usual.
+    ``quiet`` is the magic's ``-q``: the magic, not this function, displays the report.
+
+    Raises:
+        IsolationUsageError: bad options, magics in the cell, or a name that cannot be sent.
+        IsolatedCellError, IsolatedTimeout, IsolatedCrash, KeyboardInterrupt: as
+            :func:`run_isolated`; each carries ``.result``. The namespace is untouched then.
+
+    Example:
+        >>> result = run_cell_isolated(get_ipython(), "model = make_model(); model.fit(x, y)",
+        ...                            inputs=None, outputs=None, no_return=False, timeout=600,
+        ...                            gpu=None, env={}, seed=0, quiet=False)   # doctest: +SKIP
+    """
+    __tracebackhide__ = True  # noqa: F841
+    check_options(timeout, env, outputs)
+    for name in inputs or []:
+        if not name.isidentifier():
+            raise IsolationUsageError(f"--in takes variable names; {name!r} is not one")
+    if no_return and outputs:
+        raise IsolationUsageError("--no-return and --out contradict each other; keep one")
+    code = shell.transform_cell(cell)
+    if "get_ipython()" in code:
+        raise IsolationUsageError(
+            "an isolated cell runs in a plain Python worker, without IPython: magics (%...) and "
+            "shell commands (!...) cannot run there; move them to a cell of their own")
+    try:
+        names = analyse(code)
+    except SyntaxError as exc:
+        raise IsolationUsageError(f"the cell does not parse: {exc}") from None
+    send = cell_inputs(shell, names.reads, list(inputs or []))
+    if no_return:
+        wanted, required = [], []
+    elif outputs:
+        wanted, required = list(outputs), list(outputs)
+    else:
+        wanted, required = names.assigns, []
+
+    result = IsolatedResult(f"cell [{getattr(shell, 'execution_count', '?')}]")
+    result.kernel_rss_before_bytes = rss_bytes()
+    directory = make_job_directory()
+    started = time.perf_counter()
+    try:
+        specs = {name: encode_named(name, shell.user_ns[name], directory, result, _CELL_HINT) for name in send}
+    except BaseException:
+        shutil.rmtree(directory, ignore_errors=True)
+        raise
+    result.ship_in_s = time.perf_counter() - started
+    job = Job("code", directory, code=code, inputs=specs, outputs=wanted, required_outputs=required,
+              seed=seed, display_last=True)
+    run_job(job, worker_spec(gpu=gpu, env=env), result, timeout=timeout, forward_output=True)
+    shell.user_ns.update(result.outputs)
+    return result

@@ -1,0 +1,82 @@
+"""Isolation tests run real worker processes; one pool serves the whole session."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+
+import pytest
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+
+def worker_children() -> list:
+    import psutil
+
+    return [p for p in psutil.Process().children(recursive=True)
+            if "kerasmagic.isolation.worker" in " ".join(_cmdline(p))]
+
+
+def _cmdline(process) -> list[str]:
+    try:
+        return process.cmdline()
+    except Exception:  # noqa: BLE001 - a process that just exited has no command line
+        return []
+
+
+@pytest.fixture(scope="session", autouse=True)
+def isolation_pool():
+    """One pool for every test; at the end no worker may be left alive."""
+    from kerasmagic.isolation import configure_pool, shutdown_default_pool
+
+    configure_pool(size=1, idle_timeout=300)
+    yield
+    shutdown_default_pool()
+    left = worker_children()
+    assert not left, f"workers left running: {[p.pid for p in left]}"
+
+
+@pytest.fixture
+def isolated_shell(ipython):
+    """The session's InteractiveShell with an empty user namespace."""
+    ipython.reset(new_session=False)
+    yield ipython
+    ipython.reset(new_session=False)
+
+
+class RecordingStream:
+    """Stands in for sys.stdout: remembers each chunk and when it arrived."""
+
+    def __init__(self) -> None:
+        self.chunks: list[tuple[float, str]] = []
+
+    def write(self, text: str) -> int:
+        import time
+
+        self.chunks.append((time.time(), text))
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+    @property
+    def text(self) -> str:
+        return "".join(text for _, text in self.chunks)
+
+
+@pytest.fixture
+def recording_stdout():
+    """A context manager factory; see :func:`_recording_stdout`."""
+    return _recording_stdout
+
+
+@contextlib.contextmanager
+def _recording_stdout():
+    """Swap sys.stdout inside the test body (pytest's capture resets it between phases)."""
+    stream, saved = RecordingStream(), sys.stdout
+    sys.stdout = stream
+    try:
+        yield stream
+    finally:
+        sys.stdout = saved

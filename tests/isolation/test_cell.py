@@ -1,0 +1,75 @@
+"""run_cell_isolated() through a real InteractiveShell: inputs found, outputs assigned, rich output."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from IPython.utils.capture import capture_output
+
+from kerasmagic.isolation.cell import run_cell_isolated
+
+pytestmark = pytest.mark.isolation
+
+
+def _run(shell, cell, **options):
+    settings = dict(inputs=None, outputs=None, no_return=False, timeout=60, gpu=None, env={}, seed=None, quiet=False)
+    settings.update(options)
+    return run_cell_isolated(shell, cell, **settings)
+
+
+def test_inputs_are_found_and_outputs_assigned(isolated_shell):
+    shell = isolated_shell
+    shell.run_cell("import numpy as np\ndef scale(v, by):\n    return v * by\ndata = np.arange(5)\nfactor = 3\nunused = 'x'")
+    before = {k: v for k, v in shell.user_ns.items()}
+    result = _run(shell, "scaled = scale(data, factor)\ntotal = int(scaled.sum())\nfactor_seen = factor")
+    assert {s.name for s in result.sent} == {"scale", "data", "factor"}
+    np.testing.assert_array_equal(shell.user_ns["scaled"], np.arange(5) * 3)
+    assert shell.user_ns["total"] == 30 and shell.user_ns["factor_seen"] == 3
+    changed = {k for k in shell.user_ns if k not in before or shell.user_ns[k] is not before[k]}
+    assert changed == {"scaled", "total", "factor_seen"}
+
+
+def test_out_and_no_return(isolated_shell):
+    shell = isolated_shell
+    _run(shell, "a = 1\nb = 2", outputs=["b"])
+    assert "b" in shell.user_ns and "a" not in shell.user_ns
+    _run(shell, "c = 3", no_return=True)
+    assert "c" not in shell.user_ns
+
+
+def test_explicit_in_sends_a_name_the_cell_does_not_mention(isolated_shell):
+    shell = isolated_shell
+    shell.user_ns["hidden"] = 7
+    _run(shell, "value = eval('hidden')", inputs=["hidden"])
+    assert shell.user_ns["value"] == 7
+
+
+def test_modules_are_imported_not_pickled(isolated_shell):
+    shell = isolated_shell
+    shell.run_cell("import json")
+    result = _run(shell, "text = json.dumps([1])")
+    assert result.sent[0].how.startswith("module")
+    assert shell.user_ns["text"] == "[1]"
+
+
+def test_display_and_last_expression_come_back_as_mimebundles(isolated_shell):
+    cell = (
+        "class Card:\n"
+        "    def _repr_html_(self):\n        return '<b>card</b>'\n"
+        "display(Card())\n"
+        "40 + 2"
+    )
+    with capture_output() as captured:
+        _run(isolated_shell, cell, no_return=True)
+    bundles = [output.data for output in captured.outputs]
+    assert bundles[0]["text/html"] == "<b>card</b>"
+    assert bundles[1]["text/plain"] == "42"
+
+
+def test_matplotlib_figures_arrive_as_png(isolated_shell):
+    pytest.importorskip("matplotlib")
+    cell = "import matplotlib.pyplot as plt\nplt.plot([1, 2, 3])\nplt.show()\nplt.figure(); plt.plot([3, 1])"
+    with capture_output() as captured:
+        _run(isolated_shell, cell, no_return=True)
+    pngs = [o.data for o in captured.outputs if "image/png" in o.data]
+    assert len(pngs) == 2  # one on plt.show(), one left open at the end

@@ -1,0 +1,128 @@
+"""Crashes, timeouts, interrupts and unshippable inputs: clear errors, kernel and namespace intact."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+import psutil
+import pytest
+
+from kerasmagic.errors import KerasMagicUsageError
+from kerasmagic.isolation import (IsolatedCellError, IsolatedCrash, IsolatedTimeout, IsolationUsageError,
+                                  run_isolated)
+from kerasmagic.isolation.cell import run_cell_isolated
+
+pytestmark = pytest.mark.isolation
+
+
+def _gone(pid: int, within: float = 5.0) -> bool:
+    deadline = time.time() + within
+    while time.time() < deadline:
+        if not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_exit_code_crash_names_the_code_and_last_output():
+    with pytest.raises(IsolatedCrash, match="exited with code 3") as info:
+        run_isolated("print('about to go', flush=True)\nimport os\nos._exit(3)", quiet=True)
+    assert info.value.exit_code == 3
+    assert "about to go" in str(info.value) and info.value.last_output == "about to go"
+    assert info.value.result.status == "crash"
+
+
+def test_segfault_names_the_signal():
+    with pytest.raises(IsolatedCrash, match="SIGSEGV") as info:
+        run_isolated("import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)")
+    assert info.value.signal_name == "SIGSEGV"
+    assert _gone(info.value.result.worker_pid)
+
+
+def test_timeout_kills_the_worker_quickly():
+    started = time.perf_counter()
+    with pytest.raises(IsolatedTimeout, match="timeout of 1 s") as info:
+        run_isolated("import time\ntime.sleep(60)", timeout=1)
+    assert time.perf_counter() - started < 15
+    assert isinstance(info.value, TimeoutError)
+    assert info.value.result.status == "timeout"
+    assert _gone(info.value.result.worker_pid)
+
+
+def test_interrupt_kills_the_worker_and_reraises():
+    from kerasmagic.isolation.pool import default_pool, worker_spec
+
+    default_pool().prestart(worker_spec())
+    assert default_pool().wait_until_warm(timeout=120)
+    timer = threading.Timer(1.5, os.kill, args=(os.getpid(), signal.SIGINT))
+    timer.start()
+    try:
+        with pytest.raises(KeyboardInterrupt) as info:
+            run_isolated("import time\ntime.sleep(60)")
+    finally:
+        timer.cancel()
+    result = info.value.result
+    assert result.status == "interrupted"
+    assert _gone(result.worker_pid)
+
+
+def test_user_exception_carries_the_worker_traceback():
+    with pytest.raises(IsolatedCellError) as info:
+        run_isolated("def divide(a):\n    return a / 0\n\nvalue = divide(1)")
+    message = str(info.value)
+    assert "ZeroDivisionError: division by zero" in message
+    assert "return a / 0" in message and "<isolated cell>" in message
+    assert "kerasmagic" not in info.value.child_traceback  # only the user's frames
+    assert info.value.exc_type == "ZeroDivisionError" and info.value.result.status == "error"
+
+
+@pytest.mark.parametrize("make_value, words", [
+    (lambda: (i for i in range(3)), "generator objects cannot be pickled"),
+    (lambda: threading.Lock(), "lock objects cannot be pickled"),
+])
+def test_unshippable_input_is_refused_before_anything_runs(isolated_shell, make_value, words):
+    from kerasmagic.isolation.pool import default_pool
+
+    isolated_shell.user_ns.update(gen=make_value(), kept=1)
+    before = dict(isolated_shell.user_ns)
+    pids = default_pool().pids()
+    with pytest.raises(IsolationUsageError) as info:
+        run_cell_isolated(isolated_shell, "kept = 2\nitems = list(gen)", inputs=None, outputs=None, no_return=False,
+                          timeout=None, gpu=None, env={}, seed=None, quiet=False)
+    message = str(info.value)
+    assert message.startswith("cannot send 'gen' to the isolated process:") and words in message
+    assert "build it inside the cell or pass --in" in message
+    assert isinstance(info.value, KerasMagicUsageError)
+    assert isolated_shell.user_ns == before
+    assert default_pool().pids() == pids  # no worker was taken
+
+
+def test_errors_leave_the_namespace_untouched(isolated_shell):
+    isolated_shell.user_ns["x"] = 1
+    before = dict(isolated_shell.user_ns)
+    with pytest.raises(IsolatedCellError):
+        run_cell_isolated(isolated_shell, "x = 5\ny = 1 / 0", inputs=None, outputs=None, no_return=False,
+                          timeout=None, gpu=None, env={}, seed=None, quiet=False)
+    with pytest.raises(IsolatedCrash):
+        run_cell_isolated(isolated_shell, "x = 6\nimport os\nos._exit(1)", inputs=None, outputs=None,
+                          no_return=False, timeout=None, gpu=None, env={}, seed=None, quiet=False)
+    assert isolated_shell.user_ns == before
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"timeout": 0}, "positive number"),
+    ({"outputs": ["not a name"]}, "not one"),
+    ({"env": {"A": 1}}, "string names and values"),
+])
+def test_bad_options_are_usage_errors(kwargs, match):
+    with pytest.raises(IsolationUsageError, match=match):
+        run_isolated("x = 1", **kwargs)
+
+
+def test_magics_in_an_isolated_cell_are_refused(isolated_shell):
+    with pytest.raises(IsolationUsageError, match="magics"):
+        run_cell_isolated(isolated_shell, "%time x = 1", inputs=None, outputs=None, no_return=False,
+                          timeout=None, gpu=None, env={}, seed=None, quiet=False)
