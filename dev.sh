@@ -16,8 +16,23 @@ setup_python() {
     "$PYTHON" -m venv "$VENV"
   fi
   "$VENV/bin/python" -m pip install -q --upgrade pip
+  # The editable install builds the JupyterLab extension (hatch-jupyter-builder runs jlpm), so
+  # a fresh clone needs Node; a warm tree skips the build when src/ is older than the output.
+  if ! command -v node >/dev/null 2>&1; then
+    if [ "$(id -u)" = 0 ]; then
+      log "installing Node.js for the JupyterLab extension build"
+      apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs >/dev/null
+    else
+      log "Node.js is missing: run 'sudo apt-get install -y nodejs' (needed to build the sidebar)"
+    fi
+  fi
   log "installing kerasmagic with its test extras (TensorFlow CPU build; first run takes a few minutes)"
-  "$VENV/bin/python" -m pip install -q -e ".[test]"
+  PATH="$PWD/$VENV/bin:$PATH" "$VENV/bin/python" -m pip install -q -e ".[test]"
+  # JupyterLab finds the editable extension through a link to kerasmagic/labextension.
+  if [ ! -L "$VENV/share/jupyter/labextensions/kerasmagic" ]; then
+    log "linking the sidebar extension into JupyterLab"
+    PATH="$PWD/$VENV/bin:$PATH" "$VENV/bin/jupyter" labextension develop --overwrite . >/dev/null
+  fi
   # tf-keras (the legacy graph-mode path we also test) depends on the full `tensorflow`
   # package, which would install a second TensorFlow over tensorflow-cpu: take it without
   # dependencies, matched to the installed TensorFlow's minor version.
