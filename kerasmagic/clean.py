@@ -23,7 +23,7 @@ from .probes import keras as keras_probe
 from .probes import process as process_probe
 from .probes import tensorflow as tf_probe
 from .probes.availability import Unavailable, guarded
-from .registry_purge import PurgeResult, purge_dead_custom_gradients
+from .registry_purge import PurgeResult, entries_tied_to_their_variables, purge_dead_custom_gradients
 from .tables import Report, Section, format_bytes
 
 
@@ -493,19 +493,16 @@ def clear_tf(
         else:
             step.skipped = "turned off (purge_registry=False)"
     with _StepTimer(report, "garbage collection") as step:
-        step.detail = f"{gc.collect()} objects collected"
-    if purge_registry and report.registry is not None and report.registry.skipped is None:
-        # Models that died in that collection kept their entries alive until now (their
-        # variables were still reachable through reference cycles): purge those too, and
-        # collect their graphs, which are cycles themselves.
-        with _StepTimer(report, "purge entries of models freed by the collection") as step:
-            late = purge_dead_custom_gradients()
-            if late.purged:
+        if purge_registry and report.registry is not None and report.registry.skipped is None:
+            # Entries of models that are dead but not yet collected ride on their variables
+            # through this one collection, so that model, entry and graph go together.
+            with entries_tied_to_their_variables() as tied:
                 collected = gc.collect()
-                step.detail = f"{late.purged} purged; a second collection freed their graphs ({collected} objects)"
-            else:
-                step.skipped = "none: no model died in the collection"
-            report.registry = report.registry.merged_with(late)
+            report.registry = report.registry.merged_with(tied)
+            step.detail = (f"{collected} objects collected; {tied.purged} CustomGradient entries "
+                           "went with their models")
+        else:
+            step.detail = f"{gc.collect()} objects collected"
     with _StepTimer(report, "malloc_trim") as step:
         _malloc_trim(step)
 
