@@ -1,0 +1,73 @@
+"""The gradient-registry purge against real TensorFlow: what it frees and what it must keep."""
+
+from __future__ import annotations
+
+import gc
+
+import pytest
+
+pytestmark = pytest.mark.frameworks
+
+keras = pytest.importorskip("keras")
+np = pytest.importorskip("numpy")
+
+
+def trained_model():
+    model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(8), keras.layers.Dense(1)])
+    model.compile(optimizer="adam", loss="mse")
+    model.fit(np.ones((32, 8)), np.ones(32), verbose=0)
+    return model
+
+
+def custom_gradient_keys():
+    from tensorflow.python.framework import ops
+
+    return {k for k in ops.gradient_registry._registry if k.startswith("CustomGradient-")}
+
+
+def test_entries_of_live_models_are_restored_even_if_the_collection_is_interrupted():
+    from kerasmagic.registry_purge import entries_tied_to_their_variables
+
+    alive = trained_model()
+    before = custom_gradient_keys()
+    assert before, "precondition: fit() registered custom gradients"
+    with pytest.raises(KeyboardInterrupt):
+        with entries_tied_to_their_variables() as tied:
+            assert not (before & custom_gradient_keys()), "live entries ride on their variables meanwhile"
+            raise KeyboardInterrupt
+    assert custom_gradient_keys() == before
+    assert tied.kept_alive == len(before) and tied.purged == 0
+    alive.fit(np.ones((16, 8)), np.ones(16), batch_size=4, verbose=0)  # retraces and still trains
+
+
+def test_one_collection_frees_a_deleted_model_and_its_entries():
+    from kerasmagic.registry_purge import entries_tied_to_their_variables, purge_dead_custom_gradients
+
+    gc.collect()
+    purge_dead_custom_gradients()
+    baseline = custom_gradient_keys()
+    model = trained_model()
+    new_keys = custom_gradient_keys() - baseline
+    assert new_keys
+    import weakref
+
+    model_ref = weakref.ref(model)
+    del model  # alive in reference cycles until a collection
+    assert not purge_dead_custom_gradients().purged, "a plain purge cannot know yet"
+    with entries_tied_to_their_variables() as tied:
+        gc.collect()
+    assert model_ref() is None
+    assert set(tied.purged_keys) >= new_keys
+    assert not (custom_gradient_keys() & new_keys)
+
+
+def test_purge_stands_down_outside_the_tested_versions(monkeypatch):
+    from kerasmagic import registry_purge
+
+    monkeypatch.setattr(registry_purge.tf_probe, "version_tuple", lambda: (2, 22))
+    result = registry_purge.purge_dead_custom_gradients()
+    assert result.skipped is not None and result.skipped.reason == "not_supported"
+    assert "109334" in result.skipped.detail
+    with registry_purge.entries_tied_to_their_variables() as tied:
+        pass
+    assert tied.skipped is not None
