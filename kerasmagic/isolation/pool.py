@@ -18,7 +18,6 @@ Example:
 from __future__ import annotations
 
 import atexit
-import hashlib
 import os
 import pickle
 import queue
@@ -40,6 +39,9 @@ DEFAULT_IDLE_TIMEOUT_S = 600.0
 #: Heavy modules a worker imports up front when the kernel has them imported.
 _PRELOADABLE = ("numpy", "pandas", "tensorflow", "tf_keras", "keras", "jax", "torch", "matplotlib.pyplot", "sklearn")
 _MPL_BACKEND = "module://kerasmagic.isolation.mpl_backend"
+#: Variables that change by themselves (pytest sets one per test) and mean nothing to TF:
+#: a worker started under another value of these is still the right worker.
+_VOLATILE_ENV = frozenset({"PYTEST_CURRENT_TEST", "_", "OLDPWD", "PWD", "COLUMNS", "LINES"})
 
 
 @dataclass(frozen=True)
@@ -53,9 +55,13 @@ class WorkerSpec:
     preload: tuple[str, ...]
     env: tuple[tuple[str, str], ...]
 
-    @property
-    def env_fingerprint(self) -> str:
-        return hashlib.sha1(repr(self.env).encode()).hexdigest()[:10]
+    def can_run(self, needed: "WorkerSpec") -> bool:
+        """Same environment: a worker that lacks a module imports it during the job."""
+        return self.env == needed.env
+
+    def covers(self, needed: "WorkerSpec") -> bool:
+        """Same environment and every module the job's kernel has is already imported."""
+        return self.env == needed.env and set(self.preload) >= set(needed.preload)
 
 
 def detect_preload() -> tuple[str, ...]:
@@ -94,7 +100,8 @@ def worker_spec(gpu: str | None = None, env: dict[str, str] | None = None) -> Wo
     environment.update(env or {})
     if gpu is not None:
         environment["CUDA_VISIBLE_DEVICES"] = str(gpu)
-    return WorkerSpec(detect_preload(), tuple(sorted(environment.items())))
+    stable = {k: v for k, v in environment.items() if k not in _VOLATILE_ENV}
+    return WorkerSpec(detect_preload(), tuple(sorted(stable.items())))
 
 
 class Worker:
@@ -179,7 +186,8 @@ def _spawn(spec: WorkerSpec) -> Worker:
     watch_read, watch_write = os.pipe()
     log_fd, log_path = tempfile.mkstemp(prefix="kerasmagic-worker-", suffix=".log")
     os.close(log_fd)
-    env = dict(spec.env)
+    env = {k: v for k, v in os.environ.items() if k in _VOLATILE_ENV}
+    env.update(spec.env)
     # The worker imports kerasmagic from wherever this kernel does (an editable checkout too).
     package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH", "")) if p)
@@ -226,6 +234,7 @@ class WorkerPool:
         self._thread: threading.Thread | None = None
         self._last_activity = time.monotonic()
         self._closed = False
+        self._spawning = 0  # requested, not yet in _idle/_busy
 
     # --- the pool thread: every spawn happens here --------------------------------------
 
@@ -248,13 +257,18 @@ class WorkerPool:
             if future is None:  # the stop signal
                 return
             if not future.set_running_or_notify_cancel():
+                with self._lock:
+                    self._spawning -= 1
                 continue
             try:
                 worker = _spawn(spec)
             except BaseException as exc:  # noqa: BLE001 - handed to the waiting caller
+                with self._lock:
+                    self._spawning -= 1
                 future.set_exception(exc)
                 continue
             with self._lock:
+                self._spawning -= 1
                 if self._closed:
                     worker.kill()
                     future.set_exception(RuntimeError("the isolation pool was shut down"))
@@ -269,7 +283,7 @@ class WorkerPool:
                 worker.close()
             if self._busy or time.monotonic() - self._last_activity < self.idle_timeout:
                 return False
-            if not self._requests.empty():
+            if self._spawning:
                 return False
             idle, self._idle = self._idle, []
             self._thread = None
@@ -283,6 +297,7 @@ class WorkerPool:
             if self._closed:
                 raise RuntimeError("the isolation pool was shut down")
             self._ensure_thread()
+            self._spawning += 1
             self._requests.put((spec, future, into_idle))
         return future
 
@@ -292,8 +307,9 @@ class WorkerPool:
         """A worker for ``spec`` (taken out of the pool) and its state: ready, starting or cold."""
         with self._lock:
             self._last_activity = time.monotonic()
-            candidates = [w for w in self._idle if w.spec == spec and w.alive()]
-            candidates.sort(key=lambda w: not w.ready)  # ready ones first
+            candidates = [w for w in self._idle if w.spec.can_run(spec) and w.alive()]
+            # Best first: has every module already, then has finished importing.
+            candidates.sort(key=lambda w: (not w.spec.covers(spec), not w.ready))
             worker = candidates[0] if candidates else None
             if worker is not None:
                 self._idle.remove(worker)
@@ -314,9 +330,10 @@ class WorkerPool:
         with self._lock:
             if self._closed or self.size <= 0:
                 return
-            matching = [w for w in self._idle if w.spec == spec]
-            # Idle workers started for another environment would wait forever: the newest wins.
-            others = [w for w in self._idle if w.spec != spec]
+            matching = [w for w in self._idle if w.spec.covers(spec)]
+            # Idle workers started for another environment (or before the kernel imported
+            # another framework) are not what the next job wants: the newest spec wins.
+            others = [w for w in self._idle if not w.spec.covers(spec)]
             while others and len(matching) + len(others) >= self.size:
                 stale.append(others.pop(0))
             for worker in stale:
@@ -344,9 +361,12 @@ class WorkerPool:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             with self._lock:
-                idle = [w for w in self._idle if w.spec == spec and w.alive()]
+                idle = [w for w in self._idle if w.spec.covers(spec) and w.alive()]
+                pending = self._spawning > 0
             if any(w.ready for w in idle):
                 return True
+            if not idle and not pending:
+                return False  # nothing is starting for this spec (stopped, or never asked)
             time.sleep(0.05)
         return False
 

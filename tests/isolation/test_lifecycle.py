@@ -1,0 +1,80 @@
+"""No worker outlives the kernel: not after shutdown, not after the parent is SIGKILLed."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import psutil
+import pytest
+
+from kerasmagic.isolation import configure_pool, run_isolated, shutdown_default_pool
+from kerasmagic.isolation.pool import WorkerPool, default_pool, worker_spec
+
+pytestmark = pytest.mark.isolation
+
+_PARENT = textwrap.dedent("""
+    import sys, time
+    from kerasmagic.isolation.pool import default_pool, worker_spec
+    pool = default_pool()
+    pool.prestart(worker_spec())
+    assert pool.wait_until_warm(timeout=120)
+    print(pool.pids()[0], flush=True)
+    time.sleep(600)
+""")
+
+
+def test_worker_dies_when_its_parent_is_killed():
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    parent = subprocess.Popen([sys.executable, "-c", _PARENT], stdout=subprocess.PIPE, text=True, cwd=repo)
+    try:
+        worker_pid = int(parent.stdout.readline())
+        assert psutil.pid_exists(worker_pid)
+        parent.send_signal(signal.SIGKILL)
+        parent.wait(10)
+        deadline = time.time() + 5
+        while psutil.pid_exists(worker_pid) and time.time() < deadline:
+            time.sleep(0.05)
+        assert not psutil.pid_exists(worker_pid), "the worker outlived its parent"
+    finally:
+        parent.kill()
+        parent.stdout.close()
+
+
+def test_shutdown_leaves_no_worker(request):
+    from conftest import worker_children  # tests/isolation/conftest.py
+
+    run_isolated("x = 1")
+    assert default_pool().pids()  # the replacement waits
+    shutdown_default_pool()
+    time.sleep(0.1)
+    assert worker_children() == []
+
+
+def test_idle_timeout_stops_the_pool():
+    pool = WorkerPool(size=1, idle_timeout=3)
+    try:
+        pool.prestart(worker_spec())
+        assert pool.wait_until_warm(timeout=60)
+        pid = pool.pids()[0]
+        deadline = time.time() + 10
+        while pool.pids() and time.time() < deadline:
+            time.sleep(0.1)
+        assert pool.pids() == [] and not psutil.pid_exists(pid)
+    finally:
+        pool.shutdown()
+
+
+def test_size_zero_keeps_no_worker_between_jobs():
+    configure_pool(size=0)
+    try:
+        shutdown_default_pool()
+        result = run_isolated("x = 1")
+        assert result.worker_state == "cold" and result.pool_idle_workers == 0
+        assert default_pool().pids() == []
+    finally:
+        configure_pool(size=1)
