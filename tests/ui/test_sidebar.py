@@ -92,7 +92,14 @@ def test_sidebar_live_during_fit_clear_and_reload(lab, page, artifacts):
     page.evaluate("() => window.jupyterapp.shell.activateById('kerasmagic-sidebar')")
     page.wait_for_selector("#kerasmagic-sidebar[data-state='connected'][data-sample-seq]", timeout=30_000)
 
-    # 6. Dark theme: the panel uses theme variables only.
+    # 6. Kernel restart: the panel says "not loaded" again, and re-attaches after %load_ext.
+    page.evaluate("() => window.jupyterapp.shell.currentWidget.sessionContext.session.kernel.restart()")
+    page.wait_for_selector("#kerasmagic-sidebar[data-state='not_loaded']", timeout=60_000)
+    wait_kernel_ready(page)
+    run_cell(page, 0)
+    page.wait_for_selector("#kerasmagic-sidebar[data-state='connected'][data-sample-seq]", timeout=30_000)
+
+    # 7. Dark theme: the panel uses theme variables only.
     page.evaluate("() => window.jupyterapp.commands.execute('apputils:change-theme', {theme: 'JupyterLab Dark'})")
     page.wait_for_function("() => document.body.dataset.jpThemeLight === 'false'")
     page.screenshot(path=str(artifacts / "sidebar-4-reloaded-dark.png"))
