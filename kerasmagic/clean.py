@@ -127,14 +127,20 @@ class CleanReport(Report):
         summary = Section("Result")
         if self.models_tracked:
             summary.add("models freed", f"{self.models_freed} of {self.models_tracked}", "checked by weak references")
-        if self.preserved_settings:
+        # Only what clear_session() would really have changed: the non-default settings.
+        changed = {k: v for k, v in self.preserved_settings.items() if _KERAS_DEFAULTS.get(k, object()) != v}
+        if changed:
             summary.add(
-                "kept settings", ", ".join(f"{k}={v}" for k, v in self.preserved_settings.items()),
+                "kept settings", ", ".join(f"{k}={v}" for k, v in changed.items()),
                 "clear_session() would have reset them",
             )
         held = Section("Still held")
         held.notes.extend(self.still_held)
         return [steps, dropped, summary, held]
+
+
+#: What ``clear_session()`` resets these settings to.
+_KERAS_DEFAULTS = {"dtype_policy": "float32", "traceback_filtering": True, "interactive_logging": True}
 
 
 def _tf_in_use_total() -> int:

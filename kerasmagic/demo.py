@@ -53,6 +53,99 @@ def _isolated_job(seed: int) -> str:
     return _build_and_fit(keras, np, seed)[1]
 
 
+CV_STRATEGIES = {
+    "clear_session": "in-process, clear_session() per fold",
+    "fresh_model": "in-process, kerasmagic.fresh_model() per fold",
+    "isolate": "kerasmagic.run_isolated() per fold",
+    "multiprocessing": "multiprocessing spawn + timeout per fold (by hand)",
+}
+CV_FOLDS = 5
+
+
+def _cv_data(np):
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(3000, 32)).astype("float32")
+    y = (x[:, :4].sum(axis=1) > 0).astype("int32")
+    return x, y
+
+
+def cv_fold(fold: int, seed: int = 0) -> float:
+    """Train on every fold but ``fold`` and return the accuracy on ``fold`` (runs anywhere)."""
+    import keras
+    import numpy as np
+
+    keras.utils.set_random_seed(seed)
+    x, y = _cv_data(np)
+    test = np.arange(len(x)) % CV_FOLDS == fold
+    model = keras.Sequential([keras.Input((32,)), keras.layers.Dense(256, activation="relu"),
+                              keras.layers.Dense(256, activation="relu"), keras.layers.Dense(2)])
+    model.compile(optimizer="adam", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                  metrics=["accuracy"])
+    model.fit(x[~test], y[~test], epochs=3, batch_size=64, verbose=0)
+    return float(model.evaluate(x[test], y[test], verbose=0)[1])
+
+
+def _cv_fold_into_queue(fold: int, queue) -> None:
+    """The module-level target that multiprocessing's spawn needs (a notebook cannot provide one)."""
+    queue.put(cv_fold(fold))
+
+
+def run_cv(strategy: str) -> dict[str, Any]:
+    """A ``CV_FOLDS``-fold cross-validation in this process with ``strategy``; kernel RSS after each fold.
+
+    Example:
+        >>> run_cv("fresh_model")["scores"]       # doctest: +SKIP
+        [0.96, 0.95, 0.97, 0.96, 0.95]
+    """
+    from .probes.process import rss_bytes
+
+    if strategy in ("clear_session", "fresh_model"):
+        import keras  # in-process strategies pay the import once, like a notebook kernel
+
+    start_rss = rss_bytes()
+    rss, seconds, scores = [], [], []
+    for fold in range(CV_FOLDS):
+        started = time.perf_counter()
+        if strategy == "clear_session":
+            keras.backend.clear_session()
+            scores.append(cv_fold(fold))
+        elif strategy == "fresh_model":
+            from .fresh import fresh_model
+
+            with fresh_model(namespace={}):
+                scores.append(cv_fold(fold))
+        elif strategy == "isolate":
+            from .isolation import run_isolated
+
+            scores.append(run_isolated(cv_fold, args=(fold,), quiet=True, timeout=600).value)
+        else:
+            import multiprocessing
+
+            context = multiprocessing.get_context("spawn")
+            queue = context.Queue()
+            process = context.Process(target=_cv_fold_into_queue, args=(fold, queue))
+            process.start()
+            scores.append(queue.get(timeout=600))
+            process.join(timeout=60)
+        seconds.append(time.perf_counter() - started)
+        rss.append(rss_bytes())
+    return {"strategy": strategy, "start_rss": start_rss, "rss_bytes": rss, "seconds": seconds, "scores": scores}
+
+
+def format_cv_table(results: list[dict[str, Any]]) -> str:
+    header = ("how each fold runs", "kernel RSS growth (folds 2-5)", "s/fold (first)", "s/fold (rest)", "mean accuracy")
+    rows = []
+    for r in results:
+        rows.append((
+            CV_STRATEGIES[r["strategy"]],
+            f"{(r['rss_bytes'][-1] - r['rss_bytes'][0]) / 1e6:+.1f} MB",
+            f"{r['seconds'][0]:.2f}",
+            f"{sum(r['seconds'][1:]) / len(r['seconds'][1:]):.2f}",
+            f"{sum(r['scores']) / len(r['scores']):.3f}",
+        ))
+    return _table(header, rows)
+
+
 def run_loop(strategy: str, models: int) -> dict[str, Any]:
     """Train ``models`` models with ``strategy`` in *this* process; returns per-model RSS and times.
 
@@ -111,11 +204,11 @@ def slope_mb_per_model(rss: list[int], start: int) -> float:
     return covariance / variance / 1e6
 
 
-def run_in_subprocess(strategy: str, models: int) -> dict[str, Any]:
+def run_in_subprocess(strategy: str, models: int, lesson: str = "loop") -> dict[str, Any]:
     """One strategy in a fresh interpreter, so no strategy inherits another's leftovers."""
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONWARNINGS="ignore")
     completed = subprocess.run(
-        [sys.executable, "-m", "kerasmagic.demo", "--child", strategy, "--models", str(models)],
+        [sys.executable, "-m", "kerasmagic.demo", "--child", strategy, "--lesson", lesson, "--models", str(models)],
         capture_output=True, text=True, env=env, check=False,
     )
     if completed.returncode != 0:
@@ -136,6 +229,10 @@ def format_table(results: list[dict[str, Any]], slope_from: int) -> str:
             f"{sum(seconds[-5:]) / len(seconds[-5:]):.2f}",
             r["layer_names"][-1],
         ))
+    return _table(header, rows)
+
+
+def _table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
     widths = [max(len(str(row[i])) for row in [header, *rows]) for i in range(len(header))]
     lines = ["  ".join(str(cell).ljust(w) for cell, w in zip(row, widths)).rstrip() for row in [header, *rows]]
     lines.insert(1, "  ".join("-" * w for w in widths))
@@ -143,27 +240,32 @@ def format_table(results: list[dict[str, Any]], slope_from: int) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Train a small CNN in a loop, the usual way and with kerasmagic.")
-    parser.add_argument("--models", type=int, default=15, help="models per strategy (default 15)")
+    parser = argparse.ArgumentParser(description="Train models in a loop and cross-validate, the usual way and with kerasmagic.")
+    parser.add_argument("--models", type=int, default=15, help="models per strategy in lesson 1 (default 15)")
     parser.add_argument("--strategies", nargs="+", choices=list(STRATEGIES),
-                        default=["nothing", "clear_session", "fresh_model", "isolate"])
-    parser.add_argument("--child", choices=list(STRATEGIES), help=argparse.SUPPRESS)
+                        default=["nothing", "clear_session", "fresh_model"], help="lesson 1's strategies")
+    parser.add_argument("--cv-strategies", nargs="*", choices=list(CV_STRATEGIES), default=list(CV_STRATEGIES),
+                        help="lesson 5's strategies (none: skip lesson 5)")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--lesson", choices=["loop", "cv"], default="loop", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.models < 6:
         parser.error("--models must be at least 6 (the growth is fitted from model 5 on)")
     if args.child:
-        print(json.dumps(run_loop(args.child, args.models)))
+        result = run_loop(args.child, args.models) if args.lesson == "loop" else run_cv(args.child)
+        print(json.dumps(result))
         return 0
     slope_from = 4 if args.models < 20 else 9
-    print(f"kerasmagic demo: {args.models} small CNNs (build + compile + fit) per strategy, "
-          "each strategy in its own fresh process\n", flush=True)
-    results = []
-    for strategy in args.strategies:
-        print(f"  running: {STRATEGIES[strategy]} …", flush=True)
-        results.append(run_in_subprocess(strategy, args.models))
-    print()
+    print("kerasmagic demo: every strategy runs in its own fresh Python process, so none inherits another's leftovers.\n")
+    print(f"Lesson 1 — {args.models} small CNNs in a loop (build + compile + fit):", flush=True)
+    results = [run_in_subprocess(strategy, args.models) for strategy in args.strategies]
     print(format_table(results, slope_from))
-    print("\nRSS growth is the least-squares slope of the process's RSS over the models, after warm-up.")
+    print("RSS growth: least-squares slope of the process's RSS over the models, after warm-up.\n")
+    if args.cv_strategies:
+        print(f"Lesson 5 — {CV_FOLDS}-fold cross-validation of an MLP (3 epochs per fold):", flush=True)
+        cv_results = [run_in_subprocess(strategy, args.models, lesson="cv") for strategy in args.cv_strategies]
+        print(format_cv_table(cv_results))
+        print("Isolated folds give every byte back to the OS when their process ends; the kernel stays flat.")
     return 0
 
 
