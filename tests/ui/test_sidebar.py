@@ -102,4 +102,5 @@ def test_sidebar_live_during_fit_clear_and_reload(lab, page, artifacts):
     # 7. Dark theme: the panel uses theme variables only.
     page.evaluate("() => window.jupyterapp.commands.execute('apputils:change-theme', {theme: 'JupyterLab Dark'})")
     page.wait_for_function("() => document.body.dataset.jpThemeLight === 'false'")
+    page.wait_for_selector("#jupyterlab-splash", state="detached")  # the theme switch splash
     page.screenshot(path=str(artifacts / "sidebar-4-reloaded-dark.png"))
