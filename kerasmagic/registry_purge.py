@@ -100,6 +100,14 @@ def _graph_variable_refs(graph: Any) -> list[weakref.ref] | None:
     return refs
 
 
+def _custom_gradient_entries(registry: dict) -> Iterator[tuple[str, list[weakref.ref] | None]]:
+    """Each ``CustomGradient-*`` key with weak references to its graphs' variables (None: unknown layout)."""
+    for key in [k for k in list(registry) if k.startswith("CustomGradient-")]:
+        entry = registry.get(key)
+        graph = _captured_graph(entry.get("type") if isinstance(entry, dict) else None)
+        yield key, (_graph_variable_refs(graph) if graph is not None else None)
+
+
 def support() -> Unavailable | None:
     """None when the purge may run here, else why it stands down."""
     if tf_probe.module() is None:
@@ -133,11 +141,7 @@ def purge_dead_custom_gradients() -> PurgeResult:
         result.skipped = reason
         return result
     registry = tf_probe.gradient_registry()
-    for key in [k for k in list(registry) if k.startswith("CustomGradient-")]:
-        entry = registry.get(key)
-        grad_fn = entry.get("type") if isinstance(entry, dict) else None
-        graph = _captured_graph(grad_fn)
-        refs = _graph_variable_refs(graph) if graph is not None else None
+    for key, refs in _custom_gradient_entries(registry):
         if not refs:
             result.kept_unknown += 1
             continue
@@ -205,11 +209,8 @@ def entries_tied_to_their_variables() -> Iterator[PurgeResult]:
 
 
 def _tie_live_entries(registry: dict, tied: list[tuple[str, list[weakref.ref]]]) -> None:
-    for key in [k for k in list(registry) if k.startswith("CustomGradient-")]:
-        entry = registry.get(key)
-        grad_fn = entry.get("type") if isinstance(entry, dict) else None
-        graph = _captured_graph(grad_fn)
-        refs = _graph_variable_refs(graph) if graph is not None else None
+    for key, refs in _custom_gradient_entries(registry):
+        entry = registry[key]
         variables = list({id(v): v for v in (ref() for ref in refs or ()) if v is not None}.values())
         if not variables or not all(_can_carry(v) for v in variables):
             continue  # dead ones are the plain purge's job; odd ones we leave alone
