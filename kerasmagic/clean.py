@@ -325,20 +325,18 @@ def _clear_keras_session(step: CleanStep, settings: dict[str, Any], new_seed: in
     actions = []
     nested = _inside_graph_block()
     if keras is not None:
-        if nested or keras.backend.backend() != "tensorflow":
+        if nested and keras.backend.backend() == "tensorflow":
             # Do what clear_session() does minus reset_default_graph(): inside a graph block
             # that assertion would fire, and the graph is the user's to keep.
             global_state = sys.modules["keras.src.backend.common.global_state"]
             global_state.GLOBAL_STATE_TRACKER = type(global_state.GLOBAL_STATE_TRACKER)()
             global_state.GLOBAL_SETTINGS_TRACKER = type(global_state.GLOBAL_SETTINGS_TRACKER)()
             actions.append("Keras global state reset")
-            if keras.backend.backend() == "torch" and "torch._dynamo" in sys.modules:
-                sys.modules["torch._dynamo"].reset()
-                actions.append("torch dynamo cache reset")
         else:
-            # free_memory=False: we collect once, after the registry purge, not twice.
+            # free_memory=False: we collect once, after the registry purge, not twice. On
+            # torch this also resets dynamo's compiled-function cache.
             keras.backend.clear_session(free_memory=False)
-            actions.append("keras.backend.clear_session()")
+            actions.append(f"keras.backend.clear_session() ({keras.backend.backend()} backend)")
     legacy = keras_probe.tf_keras()
     if legacy is not None and not nested:
         legacy.backend.clear_session()
