@@ -12,6 +12,14 @@ from typing import Any
 from ..errors import KerasMagicUsageError
 
 
+class _ShownWithoutOurFrames:
+    """IPython shows ``_render_traceback_()`` instead of a traceback (as ipyparallel's
+    RemoteError does): the user sees what happened in the worker, not our plumbing."""
+
+    def _render_traceback_(self) -> list[str]:
+        return [f"{type(self).__name__}: {self}"]
+
+
 class IsolationUsageError(KerasMagicUsageError):
     """Bad input to an isolated run, found before anything ran (the magic shows a UsageError).
 
@@ -25,7 +33,7 @@ class IsolationUsageError(KerasMagicUsageError):
     result: Any = None
 
 
-class IsolatedTimeout(TimeoutError):
+class IsolatedTimeout(_ShownWithoutOurFrames, TimeoutError):
     """The job ran past its ``timeout``; the worker was killed and gave all of its memory back.
 
     Example:
@@ -41,7 +49,7 @@ class IsolatedTimeout(TimeoutError):
         self.result = result
 
 
-class IsolatedCrash(RuntimeError):
+class IsolatedCrash(_ShownWithoutOurFrames, RuntimeError):
     """The worker died without finishing the job (segfault, ``os._exit``, the OOM killer).
 
     ``exit_code`` is the process's exit status, ``signal_name`` the signal that killed it
@@ -64,7 +72,7 @@ class IsolatedCrash(RuntimeError):
         self.last_output = last_output
 
 
-class IsolatedCellError(Exception):
+class IsolatedCellError(_ShownWithoutOurFrames, Exception):
     """The user's code raised in the worker; the message carries the worker's traceback.
 
     ``exc_type`` is the name of the exception raised there (``"ZeroDivisionError"``),
