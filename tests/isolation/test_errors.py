@@ -126,3 +126,21 @@ def test_magics_in_an_isolated_cell_are_refused(isolated_shell):
     with pytest.raises(IsolationUsageError, match="magics"):
         run_cell_isolated(isolated_shell, "%time x = 1", inputs=None, outputs=None, no_return=False,
                           timeout=None, gpu=None, env={}, seed=None, quiet=False)
+
+
+def test_ipython_shows_the_worker_traceback_not_ours():
+    with pytest.raises(IsolatedCellError) as info:
+        run_isolated("raise ValueError('bad value')")
+    rendered = "\n".join(info.value._render_traceback_())
+    assert "ValueError: bad value" in rendered and "runner.py" not in rendered
+
+
+def test_importing_isolation_is_cheap():
+    import subprocess
+    import sys
+
+    code = ("import sys, kerasmagic.isolation, kerasmagic\n"
+            "assert kerasmagic.run_isolated is kerasmagic.isolation.run_isolated\n"
+            "print(sorted(m for m in ('numpy', 'tensorflow', 'keras', 'cloudpickle') if m in sys.modules))")
+    output = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert output.strip() == "[]"
