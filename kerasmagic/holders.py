@@ -214,6 +214,11 @@ class HolderReport(Report):
     """
 
     def __init__(self, objects: list[HeavyObject], unreachable_models: list[HeavyObject] | None):
+        # A report kept in a variable or in Out[] must not become one more holder itself.
+        for item in [*objects, *(unreachable_models or [])]:
+            item.obj = None
+            for holder in item.holders:
+                holder.obj = None
         self.objects = objects
         self.unreachable_models = unreachable_models
 

@@ -215,3 +215,12 @@ def test_load_and_unload_are_symmetric(ipython):
     assert {name: list(callbacks) for name, callbacks in ipython.events.callbacks.items()} == before_hooks
     ipython.run_line_magic("load_ext", "kerasmagic")
     ipython.run_line_magic("unload_ext", "kerasmagic")
+
+
+def test_a_kept_report_does_not_hold_the_models_it_lists(keras_shell):
+    shell = keras_shell
+    run(shell, "model = make_model(); ref = weakref.ref(model)")
+    run(shell, "snap = %tf_mem --who -o")
+    assert "model" in str(shell.user_ns["snap"])
+    run(shell, "%clear_tf model -q")
+    assert shell.user_ns["ref"]() is None
