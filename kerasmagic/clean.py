@@ -361,9 +361,12 @@ def _clear_other_backends(step: CleanStep) -> None:
         jax.clear_caches()
         actions.append("jax.clear_caches() (compiled functions)")
     torch = sys.modules.get("torch")
-    if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
-        torch.cuda.empty_cache()
-        actions.append("torch.cuda.empty_cache() (cached CUDA blocks)")
+    if torch is not None:
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            torch.cuda.empty_cache()
+            actions.append("torch.cuda.empty_cache() (cached CUDA blocks)")
+        else:
+            actions.append("torch: CUDA not in use, no cached blocks to return")
     if not actions:
         step.skipped = "no JAX or torch imported"
     step.detail = "; ".join(actions)
