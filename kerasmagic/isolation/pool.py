@@ -281,6 +281,10 @@ class WorkerPool:
             for worker in [w for w in self._idle if not w.alive()]:
                 self._idle.remove(worker)
                 worker.close()
+            if any(not w.ready for w in self._idle):
+                # A worker still importing is not idle: the idle time counts from when it is ready.
+                self._last_activity = time.monotonic()
+                return False
             if self._busy or time.monotonic() - self._last_activity < self.idle_timeout:
                 return False
             if self._spawning:

@@ -25,6 +25,12 @@ def _cmdline(process) -> list[str]:
         return []
 
 
+@pytest.fixture
+def list_workers():
+    """The function listing this process's live workers (conftest modules are not importable by name)."""
+    return worker_children
+
+
 @pytest.fixture(scope="session", autouse=True)
 def isolation_pool():
     """One pool for every test; at the end no worker may be left alive."""

@@ -45,14 +45,12 @@ def test_worker_dies_when_its_parent_is_killed():
         parent.stdout.close()
 
 
-def test_shutdown_leaves_no_worker(request):
-    from conftest import worker_children  # tests/isolation/conftest.py
-
+def test_shutdown_leaves_no_worker(list_workers):
     run_isolated("x = 1")
     assert default_pool().pids()  # the replacement waits
     shutdown_default_pool()
     time.sleep(0.1)
-    assert worker_children() == []
+    assert list_workers() == []
 
 
 def test_idle_timeout_stops_the_pool():
