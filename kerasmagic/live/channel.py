@@ -272,7 +272,7 @@ class LiveChannel:
                 "ok": True,
                 "ts": time.time(),
                 "report": to_jsonable(report.to_dict()),
-                "text": str(report),
+                "text": report.summary(),
             }
         except Exception as exc:  # noqa: BLE001 - report the failure to the button that asked
             reply = {

@@ -76,7 +76,7 @@ def test_sidebar_live_during_fit_clear_and_reload(lab, page, artifacts):
     sidebar.locator(".jp-KerasMagic-clear").click()
     page.wait_for_selector("#kerasmagic-sidebar .jp-KerasMagic-report[data-status='ok']", timeout=60_000)
     report = sidebar.locator(".jp-KerasMagic-report").text_content()
-    assert "cleaned" in report or "clear" in report.lower(), report
+    assert report.startswith("Cleaned in") and "Still held:" in report, report
     page.wait_for_function(
         f"() => Number(document.getElementById('kerasmagic-sidebar').dataset.tfInUseBytes) < {before}",
         timeout=20_000,
