@@ -56,7 +56,7 @@ def _isolated_job(seed: int) -> str:
 CV_STRATEGIES = {
     "clear_session": "in-process, clear_session() per fold",
     "fresh_model": "in-process, kerasmagic.fresh_model() per fold",
-    "isolate": "kerasmagic.run_isolated() per fold",
+    "isolate": "kerasmagic.run_isolated() per fold (pool of 2)",
     "multiprocessing": "multiprocessing spawn + timeout per fold (by hand)",
 }
 CV_FOLDS = 5
@@ -115,8 +115,10 @@ def run_cv(strategy: str) -> dict[str, Any]:
             with fresh_model(namespace={}):
                 scores.append(cv_fold(fold))
         elif strategy == "isolate":
-            from .isolation import run_isolated
+            from .isolation import configure_pool, run_isolated
 
+            # Two warm workers: while one fold trains, the next worker finishes its import.
+            configure_pool(size=2)
             scores.append(run_isolated(cv_fold, args=(fold,), quiet=True, timeout=600).value)
         else:
             import multiprocessing
