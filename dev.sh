@@ -67,7 +67,11 @@ case "${1:-}" in
     ;;
   lab)
     setup_python
-    exec "$VENV/bin/jupyter" lab notebooks/
+    shift
+    lab_args=()
+    # Jupyter refuses to run as root without being told (containers, CI machines).
+    if [ "$(id -u)" = 0 ]; then lab_args+=(--allow-root); fi
+    exec "$VENV/bin/jupyter" lab notebooks/ "${lab_args[@]}" "$@"
     ;;
   *)
     echo "usage: ./dev.sh demo | test [pytest args] | lab" >&2
