@@ -26,6 +26,8 @@ from .probes.availability import Unavailable, guarded
 from .registry_purge import PurgeResult, entries_tied_to_their_variables, purge_dead_custom_gradients
 from .tables import Report, Section, format_bytes
 
+__all__ = ['CleanReport', 'CleanStep', 'clear_tf']
+
 
 @dataclass
 class CleanStep:

@@ -19,6 +19,8 @@ import sys
 import time
 from typing import Any
 
+__all__ = ['cv_fold', 'format_cv_table', 'format_table', 'main', 'run_cv', 'run_in_subprocess', 'run_loop', 'slope_mb_per_model']
+
 STRATEGIES = {
     "nothing": "nothing between models",
     "del+gc": "del model; gc.collect()",

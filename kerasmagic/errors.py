@@ -1,5 +1,7 @@
 """Exceptions kerasmagic raises for bad input; the magics turn them into ``UsageError``."""
 
+__all__ = ['KerasMagicUsageError']
+
 
 class KerasMagicUsageError(ValueError):
     """Bad input from the user; the message says what to do instead.

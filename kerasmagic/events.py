@@ -9,6 +9,8 @@ from __future__ import annotations
 import threading
 from typing import Any, Callable
 
+__all__ = ['publish', 'subscribe']
+
 Listener = Callable[[str, dict[str, Any]], None]
 
 _listeners: list[Listener] = []

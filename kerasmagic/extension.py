@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import sys
 
+__all__ = ['load', 'unload']
+
 
 def load(shell) -> None:
     from .magics import KerasMagics

@@ -9,6 +9,8 @@ from .clean import CleanReport, clear_tf
 from .measure import CellMeasurement, measure
 from .tables import Report, Section, format_bytes
 
+__all__ = ['FreshModelResult', 'fresh_model']
+
 
 class FreshModelResult(Report):
     """The clean that ran before a block and the measurement of the block itself.

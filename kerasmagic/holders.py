@@ -18,6 +18,8 @@ from .probes import keras as keras_probe
 from .probes.availability import Unavailable
 from .tables import Report, Section, format_bytes
 
+__all__ = ['HeavyObject', 'Holder', 'HolderReport', 'collect_heavy', 'describe', 'find_holders', 'is_heavy', 'iter_references', 'live_models', 'pins_heavy', 'tensor_nbytes', 'user_variable_names']
+
 #: Arrays and tensors smaller than this are not worth listing.
 LARGE_OBJECT_BYTES = 1 << 20
 _OUTPUT_CACHE_ALIASES = ("_", "__", "___")

@@ -19,6 +19,8 @@ from IPython.display import display
 
 from .errors import KerasMagicUsageError
 
+__all__ = ['KerasMagics', 'current_cell_number']
+
 
 @contextmanager
 def _usage_errors() -> Iterator[None]:

@@ -12,6 +12,8 @@ from .probes import tensorflow as tf_probe
 from .probes.availability import Unavailable, guarded, to_jsonable
 from .tables import Report, Section, format_bytes, format_value
 
+__all__ = ['CellMeasurement', 'measure']
+
 
 def _tf_in_use() -> dict[str, Any]:
     stats = tf_probe.allocator_stats()

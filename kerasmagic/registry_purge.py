@@ -25,6 +25,8 @@ from typing import Any, Iterator
 from .probes import tensorflow as tf_probe
 from .probes.availability import Unavailable
 
+__all__ = ['PurgeResult', 'SUPPORTED_TF', 'entries_tied_to_their_variables', 'purge_dead_custom_gradients', 'support']
+
 #: Tested here on 2.16–2.21; 2.22 is the first release that can carry PR 109334, which stops
 #: the closure from capturing the forward results. Above this we stand down.
 SUPPORTED_TF = ((2, 16), (2, 22))

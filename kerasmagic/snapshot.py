@@ -13,6 +13,8 @@ from .probes import tensorflow as tf_probe
 from .probes.availability import Unavailable, guarded, to_jsonable
 from .tables import Report, Section, format_bytes, format_value
 
+__all__ = ['MemorySnapshot', 'session_facts', 'tf_mem']
+
 
 def session_facts(shell=None) -> dict[str, Any]:
     """Keras and graph facts that must be read on the kernel's main thread, JSON-able.

@@ -8,6 +8,8 @@ from typing import Any
 
 from .probes.availability import Unavailable
 
+__all__ = ['Report', 'Section', 'format_bytes', 'format_value', 'render_html', 'render_text']
+
 _UNITS = ("B", "KiB", "MiB", "GiB", "TiB")
 
 

@@ -14,6 +14,8 @@ from .result import IsolatedResult
 from .runner import Job, run_job
 from .shipping import ShippingError, describe, encode, make_job_directory
 
+__all__ = ['run_isolated']
+
 _SCRIPT_HINT = "create it inside the isolated code, or pass a picklable value instead"
 
 

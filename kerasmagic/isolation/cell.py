@@ -21,6 +21,8 @@ from .result import IsolatedResult
 from .runner import Job, run_job
 from .shipping import make_job_directory
 
+__all__ = ['run_cell_isolated']
+
 _CELL_HINT = "build it inside the cell or pass --in with a picklable value"
 # IPython's own entries: the input/output history and its shortcuts, never user data.
 _IPYTHON_NAMES = {"In", "Out", "get_ipython", "exit", "quit", "_", "__", "___", "_i", "_ii", "_iii",

@@ -11,6 +11,8 @@ from typing import Any
 
 from ..errors import KerasMagicUsageError
 
+__all__ = ['IsolatedCellError', 'IsolatedCrash', 'IsolatedTimeout', 'IsolationUsageError']
+
 
 class _ShownWithoutOurFrames:
     """IPython shows ``_render_traceback_()`` instead of a traceback (as ipyparallel's

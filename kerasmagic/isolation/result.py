@@ -9,6 +9,8 @@ from typing import Any
 from ..probes.availability import Unavailable, to_jsonable
 from ..tables import Report, Section, format_bytes
 
+__all__ = ['IsolatedHistory', 'IsolatedResult', 'ShippedName']
+
 
 class IsolatedHistory:
     """What ``model.fit()`` returned in the worker, without the model it would pin.

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, TypeVar
 
+__all__ = ['Unavailable', 'guarded', 'to_jsonable']
+
 T = TypeVar("T")
 
 #: Reasons a value can be missing; the sidebar and the reports render one message per reason.

@@ -12,6 +12,8 @@ from typing import Any, Iterator
 
 from .availability import Unavailable, guarded
 
+__all__ = ['backend', 'history_classes', 'iter_models', 'keras3', 'model_classes', 'model_footprint', 'name_counters', 'snapshot', 'status', 'tf_keras', 'version']
+
 
 def keras3():
     """The imported Keras 3 module, or None (never imports it)."""

@@ -13,6 +13,8 @@ from typing import Any
 
 from .availability import Unavailable, guarded
 
+__all__ = ['devices', 'initialise', 'shutdown', 'snapshot']
+
 _init_lock = threading.Lock()
 _init_state: bool | Unavailable | None = None  # None: not tried yet
 

@@ -17,6 +17,8 @@ from typing import Any
 
 from .availability import Unavailable, guarded
 
+__all__ = ['PeakRss', 'container_limit_bytes', 'rss_bytes', 'snapshot']
+
 _STATUS_PATH = "/proc/self/status"
 _CLEAR_REFS_PATH = "/proc/self/clear_refs"
 _HWM_RE = re.compile(rb"VmHWM:\s+(\d+) kB")
