@@ -45,3 +45,25 @@ def run(shell, cell: str):
     if not result.success:
         raise AssertionError(f"cell failed: {result.error_before_exec or result.error_in_exec!r}\n{cell}")
     return result.result
+
+
+@pytest.fixture(scope="session", autouse=True)
+def nothing_of_ours_outlives_the_session():
+    """At the end of the run no kerasmagic thread and no child process may be left alive.
+
+    Set up first, torn down last: the isolation pool and the kernels of the other layers'
+    fixtures are gone by then, so whatever remains leaked.
+    """
+    import threading
+
+    import psutil
+
+    yield
+    threads = [t.name for t in threading.enumerate() if t.name.startswith("kerasmagic")]
+    children = []
+    for process in psutil.Process().children(recursive=True):
+        try:
+            children.append(f"{process.pid} {' '.join(process.cmdline())[:120]}")
+        except psutil.Error:
+            continue  # exited while we looked
+    assert not threads and not children, f"left running: threads {threads}, processes {children}"
