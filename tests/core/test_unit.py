@@ -100,3 +100,20 @@ def test_snapshot_without_frameworks_reports_process_memory_only():
     assert data["rss"] > 10 * 2**20
     assert not data["imported"]
     assert "not imported" in json.dumps(data["tf"]) and "RSS" in data["text"]
+
+
+def test_sampled_peak_where_the_kernel_cannot_reset_vmhwm(monkeypatch):
+    monkeypatch.setattr(process_probe.PeakRss, "_exact", False)  # what start() caches off Linux
+    peak = process_probe.PeakRss()
+    peak.start()
+    block = bytearray(200 * 2**20)
+    for offset in range(0, len(block), 4096):
+        block[offset] = 1
+    import time
+
+    time.sleep(0.05)  # the sampler needs the allocation to live for a few of its 2 ms ticks
+    del block
+    top = peak.stop()
+    assert peak.method == "sampled"
+    assert top - peak.start_rss_bytes >= 190 * 2**20
+    assert not [t for t in __import__("threading").enumerate() if t.name == "kerasmagic-peak-rss"]
