@@ -8,6 +8,7 @@ no one. :func:`unregister` undoes all of it and joins the sampler thread.
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from typing import Any, Callable
@@ -92,6 +93,11 @@ class LiveChannel:
     @property
     def listener_count(self) -> int:
         return len(self._listeners)
+
+    @property
+    def view_count(self) -> int:
+        """In-kernel views (``add_listener``) registered now; ``%tf_mem --live`` keeps at most one."""
+        return len(self._local)
 
     @property
     def visible_count(self) -> int:
@@ -347,7 +353,8 @@ def register(shell) -> None:
 
 
 def unregister(shell) -> None:
-    """Undo :func:`register`: target, hook, event subscription, open comms, sampler thread.
+    """Undo :func:`register`: target, hook, event subscription, open comms, live views,
+    sampler thread, and NVML if it was started.
 
     Example:
         >>> unregister(get_ipython())   # doctest: +SKIP  (what %unload_ext kerasmagic does)
@@ -365,4 +372,10 @@ def unregister(shell) -> None:
         shell.events.unregister("post_run_cell", channel.post_run_cell)
     except ValueError:
         pass  # the hook was never registered (register ran on another shell)
-    channel.close()
+    widget = sys.modules.get(f"{__package__}.widget")
+    if widget is not None:  # only loaded when a `%tf_mem --live` view was shown
+        widget.stop_current()
+    channel.close()  # joins the sampler thread: nothing reads NVML after this
+    from ..probes import nvml
+
+    nvml.shutdown()  # nvmlShutdown only if NVML was started; a later sample re-initialises it

@@ -89,6 +89,11 @@ class Sampler:
         return self._interval_s
 
     @property
+    def active(self) -> bool:
+        """True while sampling is wanted (a visible listener); False while the thread sleeps."""
+        return self._active
+
+    @property
     def thread(self) -> threading.Thread | None:
         return self._thread
 

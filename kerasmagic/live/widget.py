@@ -4,6 +4,10 @@ Classic Notebook, VS Code and Colab render ipywidgets but not our extension. The
 fed by the same channel and sampler thread as the sidebar (it registers as a listener, so
 the sampler runs while a view is open), and updates its widgets from that thread: widget
 state changes are comm messages, which ipykernel sends from any thread.
+
+There is at most one running view per kernel: showing a new one stops the previous one (a
+re-run cell would otherwise leave orphan listeners that keep the sampler awake), and a view
+stops when its widget is closed (``widget.close()``, or the frontend closing its comm).
 """
 
 from __future__ import annotations
@@ -13,22 +17,27 @@ import threading
 from collections import deque
 from typing import Any
 
+from ..tables import format_bytes
 
-__all__ = ["LiveView", "show_live", "sparkline_svg"]
+__all__ = ["LiveView", "show_live", "sparkline_svg", "stop_current"]
 
 _SPARK_WIDTH = 240
 _SPARK_HEIGHT = 36
 
+# The one running view of this kernel (see the module docstring).
+_current: "LiveView | None" = None
+_current_lock = threading.Lock()
+
+
+_MISSING = format_bytes(None)
+
 
 def _bytes(value: Any) -> str:
+    # Protocol values are numbers or JSON "unavailable" objects (their reason goes in the note
+    # column): anything that is not a number renders as format_bytes' missing value.
     if not isinstance(value, (int, float)) or isinstance(value, bool):
-        return "–"
-    size = float(value)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(size) < 1024 or unit == "GiB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    return f"{size:.1f} TiB"
+        return _MISSING
+    return format_bytes(value)
 
 
 def _why(value: Any) -> str:
@@ -120,7 +129,7 @@ class _ViewState:
         tf = sample.get("tf")
         in_use, unused = _tf_totals(tf, gpu=False)
         if in_use is None:
-            rows.append(("TensorFlow allocator", "–", _why(tf) or "no CPU allocator statistics"))
+            rows.append(("TensorFlow allocator", _MISSING, _why(tf) or "no CPU allocator statistics"))
         else:
             rows.append(
                 ("TensorFlow allocator", f"{_bytes(in_use)} in use / {_bytes(in_use + (unused or 0))} held",
@@ -131,7 +140,7 @@ class _ViewState:
             tf_gpu, _ = _tf_totals(tf, gpu=True)
             for device in gpu:
                 if not isinstance(device, dict) or "index" not in device:
-                    rows.append(("GPU", "–", _why(device)))
+                    rows.append(("GPU", _MISSING, _why(device)))
                     continue
                 rows.append(
                     (f"GPU {device['index']}",
@@ -139,14 +148,14 @@ class _ViewState:
                      f"device {_bytes(device.get('used_bytes'))} of {_bytes(device.get('total_bytes'))}",
                      str(device.get("name", ""))))
         else:
-            rows.append(("GPU", "–", _why(gpu)))
+            rows.append(("GPU", _MISSING, _why(gpu)))
         facts = self.facts or {}
         if facts:
             counters = facts.get("name_counters")
             models = facts.get("live_models")
             rows.append(
-                ("Graph", f"{facts.get('graph_op_count') if not _why(facts.get('graph_op_count')) else '–'} ops, "
-                 f"{facts.get('custom_gradient_entries') if not _why(facts.get('custom_gradient_entries')) else '–'}"
+                ("Graph", f"{facts.get('graph_op_count') if not _why(facts.get('graph_op_count')) else _MISSING} ops, "
+                 f"{facts.get('custom_gradient_entries') if not _why(facts.get('custom_gradient_entries')) else _MISSING}"
                  " CustomGradient entries", _why(facts.get("tf_status"))))
             if isinstance(counters, dict) and counters:
                 rows.append(("Keras names", ", ".join(f"{k} {v}" for k, v in counters.items()), ""))
@@ -198,6 +207,15 @@ class LiveView:
             self._state.take(message)
         self._render()
         self._stop = channel.add_listener(self._on_message)
+        # Closing the widget stops the view: from Python (Widget.close sets comm to None) or
+        # from the frontend (a comm_close for the VBox's comm, handled on the main thread).
+        self.widget.observe(self._on_comm_change, names="comm")
+        if self.widget.comm is not None:
+            self.widget.comm.on_close(lambda _msg: self.stop())
+
+    def _on_comm_change(self, change) -> None:
+        if change["new"] is None:
+            self.stop()
 
     @property
     def running(self) -> bool:
@@ -214,7 +232,11 @@ class LiveView:
 
     def stop(self) -> None:
         """Stop updating (idempotent); the widget keeps its last values."""
+        global _current
         stop, self._stop = self._stop, None
+        with _current_lock:
+            if _current is self:
+                _current = None
         if stop is not None:
             stop()
             self.stop_button.disabled = True
@@ -229,10 +251,23 @@ class LiveView:
         return self.widget._repr_mimebundle_(**kwargs)
 
 
+def stop_current() -> None:
+    """Stop this kernel's running view, if any (``%unload_ext kerasmagic`` calls it).
+
+    Example:
+        >>> stop_current()   # no view: nothing to do
+    """
+    with _current_lock:
+        view = _current
+    if view is not None:
+        view.stop()
+
+
 def show_live(shell=None) -> LiveView:
     """Return a :class:`LiveView` of this kernel fed by the live sampler.
 
     Registers the live channel if ``%load_ext kerasmagic`` has not (inside a kernel only).
+    One view runs per kernel: the previous one (a re-run ``%tf_mem --live`` cell) is stopped.
     Jupyter displays the view when it is a cell's value (``%tf_mem --live`` returns it);
     elsewhere call ``display(view)``.
 
@@ -247,6 +282,15 @@ def show_live(shell=None) -> LiveView:
         from IPython import get_ipython  # noqa: PLC0415
 
         shell = get_ipython()
+    global _current
     if channel_module.active_channel() is None and shell is not None:
         channel_module.register(shell)
-    return LiveView(channel_module.active_channel())
+    with _current_lock:
+        previous, _current = _current, None
+    if previous is not None:
+        previous.stop()
+    view = LiveView(channel_module.active_channel())
+    if view.running:
+        with _current_lock:
+            _current = view
+    return view

@@ -51,7 +51,7 @@ def initialise() -> bool | Unavailable:
 
 
 def shutdown() -> None:
-    """Shut NVML down if we started it (called by ``%unload_ext``)."""
+    """Shut NVML down if we started it (``%unload_ext`` calls it via ``kerasmagic.live.channel.unregister``)."""
     global _init_state
     with _init_lock:
         if _init_state is True:

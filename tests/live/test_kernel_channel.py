@@ -110,3 +110,14 @@ def test_unload_leaves_no_thread_and_closes_comms(kernel):
     comm2, _ = _load_and_open(kernel)
     kernel.comm_data(comm2, "sample")
     assert "kerasmagic-live-sampler" in kernel.execute(THREADS)
+
+
+def test_unload_shuts_nvml_down(kernel):
+    # The sampler's first sample initialises NVML (or remembers why there is none);
+    # `%unload_ext` must undo that: nvmlShutdown when it started, and forget the state.
+    comm_id, _ = _load_and_open(kernel)
+    kernel.comm_data(comm_id, "sample")
+    state = "from kerasmagic.probes import nvml; print(nvml._init_state is None)"
+    assert kernel.execute(state).strip() == "False"
+    kernel.execute("%unload_ext kerasmagic")
+    assert kernel.execute(state).strip() == "True"

@@ -3,6 +3,7 @@
 import pytest
 
 from kerasmagic.live.widget import _ViewState, sparkline_svg
+from kerasmagic.tables import format_bytes
 
 THREADS = "import threading; print(sorted(t.name for t in threading.enumerate() if t.name.startswith('kerasmagic')))"
 
@@ -16,7 +17,8 @@ def test_sparkline_and_values_escape_kernel_strings():
     state.take({"method": "facts", "live_models": [{"name": "<script>x</script>"}], "name_counters": {}})
     text = state.values_html()
     assert "<script>" not in text and "&lt;script&gt;" in text and "&lt;b&gt;not" in text
-    assert "2.0 KiB" in text
+    assert format_bytes(2048) in text  # the same numbers as every other kerasmagic table
+    assert format_bytes(None) in text  # no TF allocator number: the table's missing value
     assert sparkline_svg([1, None, 2]).count("<polyline") == 2
 
 
@@ -55,4 +57,52 @@ def test_tf_mem_live_magic_shows_the_view(kernel):
     assert len(results) == 1, [m["msg_type"] for m in results]  # shown once, not twice
     assert "application/vnd.jupyter.widget-view+json" in results[0]["content"]["data"]
     kernel.execute("%unload_ext kerasmagic")
+    assert kernel.execute(THREADS).strip() == "[]"
+
+
+LISTENERS = ("from kerasmagic.live import channel as _c; _ch = _c.active_channel(); "
+             "print(_ch.view_count, _ch.sampler.active)")
+
+
+def _run_magic(kernel, code):
+    msg_id = kernel.client.execute(code)
+    kernel.wait_for(lambda m: m["msg_type"] == "status" and m["content"]["execution_state"] == "idle"
+                    and m["parent_header"].get("msg_id") == msg_id)
+    errors = [m for m in kernel.iopub if m["msg_type"] == "error" and m["parent_header"].get("msg_id") == msg_id]
+    assert not errors, errors[0]["content"]["traceback"]
+
+
+@pytest.mark.kernel
+def test_rerunning_live_keeps_one_view_and_closing_it_lets_the_sampler_sleep(kernel):
+    kernel.execute("%load_ext kerasmagic")
+    _run_magic(kernel, "first = %tf_mem --live")
+    assert kernel.execute(LISTENERS).split() == ["1", "True"]
+    _run_magic(kernel, "second = %tf_mem --live")
+    # The re-run replaced the first view: one listener, and the first says it stopped.
+    assert kernel.execute(LISTENERS).split() == ["1", "True"]
+    assert kernel.execute("print(first.running, second.running, first.stop_button.description)").split() == [
+        "False", "True", "Stopped"]
+    # Closing the widget from Python stops the view: nothing listens, the sampler sleeps.
+    kernel.execute("second.widget.close()")
+    assert kernel.execute(LISTENERS).split() == ["0", "False"]
+    assert kernel.execute("print(second.running)").strip() == "False"
+
+
+@pytest.mark.kernel
+def test_frontend_closing_the_live_widget_stops_the_view(kernel):
+    kernel.execute("%load_ext kerasmagic")
+    _run_magic(kernel, "view = %tf_mem --live")
+    assert kernel.execute(LISTENERS).split() == ["1", "True"]
+    box_id = kernel.execute("print(view.widget.model_id)").strip()
+    kernel.close_comm(box_id)  # what a frontend sends when it closes the widget's model
+    assert kernel.execute(LISTENERS).split() == ["0", "False"]
+    assert kernel.execute("print(view.running)").strip() == "False"
+
+
+@pytest.mark.kernel
+def test_unload_stops_the_live_view(kernel):
+    kernel.execute("%load_ext kerasmagic")
+    _run_magic(kernel, "view = %tf_mem --live")
+    kernel.execute("%unload_ext kerasmagic")
+    assert kernel.execute("print(view.running)").strip() == "False"
     assert kernel.execute(THREADS).strip() == "[]"
