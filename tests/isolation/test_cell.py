@@ -67,7 +67,7 @@ def test_display_and_last_expression_come_back_as_mimebundles(isolated_shell):
 
 
 def test_matplotlib_figures_arrive_as_png(isolated_shell):
-    pytest.importorskip("matplotlib")
+    import matplotlib  # noqa: F401 - a hard test dependency: missing, it must fail, not skip
     cell = "import matplotlib.pyplot as plt\nplt.plot([1, 2, 3])\nplt.show()\nplt.figure(); plt.plot([3, 1])"
     with capture_output() as captured:
         _run(isolated_shell, cell, no_return=True)

@@ -17,7 +17,9 @@ pytestmark = pytest.mark.isolation
 def keras():
     # Imported here, not at collection: once Keras is in this process every worker preloads
     # TensorFlow, and the other test files should keep their cheap numpy-only workers.
-    return pytest.importorskip("keras")
+    import keras  # a hard test dependency: missing, it must fail, not skip
+
+    return keras
 
 
 @pytest.fixture
