@@ -1,6 +1,8 @@
 """The comm channel in a real ipykernel through jupyter_client: what the sidebar relies on."""
 
 import json
+import subprocess
+import sys
 
 import pytest
 
@@ -61,6 +63,7 @@ def test_malformed_messages_get_errors_and_the_kernel_lives(kernel):
     comm_id, _ = _load_and_open(kernel)
     for bad, code in [("nope", "bad_message"), ({"method": "explode"}, "unknown_method"),
                       ({"method": "configure", "interval_s": "fast"}, "bad_message"),
+                      ({"method": "configure", "interval_s": -1}, "bad_message"), ({}, "bad_message"),
                       ({"method": "clear"}, "bad_message"), ([1, 2], "bad_message")]:
         kernel.send_comm(comm_id, bad)
         error = kernel.comm_data(comm_id, "error")
@@ -69,6 +72,7 @@ def test_malformed_messages_get_errors_and_the_kernel_lives(kernel):
     assert kernel.execute("print(6 * 7)").strip() == "42"
     kernel.send_comm(comm_id, {"method": "refresh"})
     kernel.comm_data(comm_id, "facts")
+    kernel.comm_data(comm_id, "sample")
     assert "kerasmagic-live-sampler" in kernel.execute(THREADS)
 
 
@@ -121,3 +125,71 @@ def test_unload_shuts_nvml_down(kernel):
     assert kernel.execute(state).strip() == "False"
     kernel.execute("%unload_ext kerasmagic")
     assert kernel.execute(state).strip() == "True"
+
+
+STATE = ("from kerasmagic.live import channel as _c; _ch = _c.active_channel(); "
+         "print(_ch.listener_count, _ch.visible_count, _ch.sampler.active)")
+
+
+def test_every_message_on_open_follows_the_protocol(kernel):
+    comm_id, _ = _load_and_open(kernel)
+    kernel.comm_data(comm_id, "sample")
+    kernel.execute("pass")  # post_run_cell pushes facts after it
+    messages = [m["content"]["data"] for m in kernel.comm_messages(comm_id)]
+    assert [m["method"] for m in messages][:3] == ["hello", "facts", "sample"]
+    for message in messages:
+        validate(message, "to_frontend")
+    assert "facts" in [m["method"] for m in messages[3:]]
+
+
+def test_hidden_sidebar_gets_no_facts_and_a_closed_one_unsubscribes(kernel):
+    comm_id, _ = _load_and_open(kernel)
+    kernel.comm_data(comm_id, "sample")
+    assert kernel.execute(STATE).split() == ["1", "1", "True"]
+    kernel.send_comm(comm_id, {"method": "visibility", "visible": False})
+    assert kernel.execute(STATE).split() == ["1", "0", "False"]  # handled before this cell
+    mark = len(kernel.iopub)
+    kernel.execute("x = 1")
+    kernel.execute("y = 2")
+    sent = [m["content"]["data"]["method"] for m in kernel.iopub[mark:]
+            if m["msg_type"] == "comm_msg" and m["content"]["comm_id"] == comm_id]
+    assert "facts" not in sent  # nobody looks: no facts are computed or sent after cells
+    kernel.close_comm(comm_id)
+    assert kernel.execute(STATE).split() == ["0", "0", "False"]
+
+
+def test_core_events_are_forwarded_even_to_a_hidden_sidebar(kernel):
+    comm_id, _ = _load_and_open(kernel)
+    kernel.send_comm(comm_id, {"method": "visibility", "visible": False})
+    kernel.execute("from kerasmagic import events; events.publish('clear_tf', {'freed_rss_bytes': 5})")
+    event = kernel.comm_data(comm_id, "event")
+    validate(event, "to_frontend")
+    assert event["kind"] == "clear_tf" and event["payload"] == {"freed_rss_bytes": 5}
+
+
+def test_unload_removes_the_comm_target_and_the_cell_hook(kernel):
+    comm_id, _ = _load_and_open(kernel)
+    kernel.comm_data(comm_id, "sample")
+    hooks = ("print(sum(type(getattr(f, '__self__', None)).__name__ == 'LiveChannel' "
+             "for f in get_ipython().events.callbacks['post_run_cell']))")
+    assert kernel.execute(hooks).strip() == "1"
+    kernel.execute("%unload_ext kerasmagic")
+    kernel.wait_comm_close(comm_id)
+    assert kernel.execute(hooks).strip() == "0"
+    assert kernel.execute("import comm; print('kerasmagic.live' in comm.get_comm_manager().targets)").strip() == "False"
+    late = kernel.open_comm()  # a sidebar attaching now finds no target: closed at once
+    kernel.wait_comm_close(late)
+    assert kernel.comm_messages(late) == []
+
+
+@pytest.mark.shell
+def test_outside_a_kernel_load_ext_registers_no_channel():
+    # Plain IPython (a real InteractiveShell, no kernel): no comm target, no sampler.
+    code = ("get_ipython().run_line_magic('load_ext', 'kerasmagic')\n"
+            "from kerasmagic.live.channel import active_channel\n"
+            "import threading\n"
+            "print('RESULT', active_channel(), [t.name for t in threading.enumerate() if t.name.startswith('kerasmagic')])\n")
+    run = subprocess.run([sys.executable, "-m", "IPython", "--quick", "--no-banner", "-c", code],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "RESULT None []" in run.stdout, run.stdout[-3000:]
