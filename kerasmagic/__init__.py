@@ -20,8 +20,8 @@ from ._version import __version__
 _LAZY_EXPORTS = {
     "tf_mem": "kerasmagic.snapshot",
     "MemorySnapshot": "kerasmagic.snapshot",
-    "measure": "kerasmagic.measure",
-    "CellMeasurement": "kerasmagic.measure",
+    "measure": "kerasmagic.measuring",
+    "CellMeasurement": "kerasmagic.measuring",
     "find_holders": "kerasmagic.holders",
     "HolderReport": "kerasmagic.holders",
     "clear_tf": "kerasmagic.clean",

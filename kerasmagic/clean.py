@@ -11,14 +11,23 @@ from __future__ import annotations
 import ctypes
 import gc
 import sys
+import threading
 import time
+import types
 import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
 from . import events
 from .errors import KerasMagicUsageError
-from .holders import _OUTPUT_CACHE_ALIASES, _PROTECTED_NAMES, _is_cache_name, _running_shell, collect_heavy, pins_heavy
+from .holders import (
+    OUTPUT_CACHE_ALIASES,
+    PROTECTED_NAMES,
+    collect_heavy,
+    is_output_cache_name,
+    pins_heavy,
+    running_shell,
+)
 from .probes import keras as keras_probe
 from .probes import process as process_probe
 from .probes import tensorflow as tf_probe
@@ -203,16 +212,20 @@ class _StepTimer:
 # --- step 1: named variables ---------------------------------------------------------------
 
 
-def _validate_names(names: tuple[str, ...], namespace: dict[str, Any]) -> None:
+def _validate_names(names: tuple[str, ...], namespace: dict[str, Any], in_ipython: bool) -> tuple[str, ...]:
+    """The names, each once, after checking every one: nothing is deleted unless all are valid."""
+    names = tuple(dict.fromkeys(names))
     for name in names:
         if not isinstance(name, str) or not name.isidentifier():
             raise KerasMagicUsageError(f"{name!r} is not a variable name; pass names like clear_tf('model')")
-        if name in _PROTECTED_NAMES:
+        if name in PROTECTED_NAMES:
             raise KerasMagicUsageError(f"refusing to delete {name!r}: IPython needs it")
         if name not in namespace:
-            raise KerasMagicUsageError(
-                f"no variable named {name!r}; nothing was deleted (%who lists your variables)"
-            )
+            where = "(%who lists your variables)" if in_ipython else (
+                "(without IPython names are looked up in the caller's module globals: "
+                "pass namespace=locals() from inside a function)")
+            raise KerasMagicUsageError(f"no variable named {name!r}; nothing was deleted {where}")
+    return names
 
 
 def _delete_named(shell, namespace: dict[str, Any], names: tuple[str, ...], step: CleanStep) -> None:
@@ -223,12 +236,30 @@ def _delete_named(shell, namespace: dict[str, Any], names: tuple[str, ...], step
     """
     for name in names:
         obj = namespace.pop(name)
-        step.items.append(f"variable {name}")
-        if shell is None:
+        kind = _frees_nothing(obj)
+        step.items.append(f"variable {name}" + (f" (a {kind}: deleting it frees no memory)" if kind else ""))
+        if shell is None or (isinstance(obj, _SHARED_VALUE_TYPES) and not pins_heavy(obj)):
+            # Small ints, True, short strings are shared by every cell that produced the same
+            # value: an Out[] entry that "is" them is not a copy of this variable.
             continue
         for entry in _drop_cache_entries(shell, lambda value: value is obj):
             step.items.append(f"{entry} (same object as {name})")
     step.detail = f"{len(names)} variable(s)"
+
+
+#: Values that Python shares between unrelated expressions (interned, cached or immutable).
+_SHARED_VALUE_TYPES = (int, float, complex, bool, str, bytes, type(None), tuple, frozenset, range)
+
+
+def _frees_nothing(obj: Any) -> str | None:
+    """'module', 'function' or 'class' when deleting a name bound to ``obj`` frees no memory."""
+    if isinstance(obj, types.ModuleType):
+        return "module"
+    if isinstance(obj, (types.FunctionType, types.BuiltinFunctionType)):
+        return "function"
+    if isinstance(obj, type):
+        return "class"
+    return None
 
 
 # --- step 2: hidden holders ------------------------------------------------------------------
@@ -242,15 +273,15 @@ def _drop_cache_entries(shell, matches) -> list[str]:
         del output_hist[number]
         dropped.append(f"Out[{number}]")
     for namespace, label in ((shell.user_ns, ""), (shell.user_ns_hidden, "user_ns_hidden")):
-        for name in [n for n, v in list(namespace.items()) if _is_cache_name(n) and matches(v)]:
+        for name in [n for n, v in list(namespace.items()) if is_output_cache_name(n) and matches(v)]:
             where = f"{label}[{name!r}]" if label else name
-            if name in _OUTPUT_CACHE_ALIASES:
+            if name in OUTPUT_CACHE_ALIASES:
                 namespace[name] = ""  # IPython itself resets these to '' when it flushes
             else:
                 del namespace[name]
             dropped.append(where)
     displayhook = shell.displayhook
-    for name in _OUTPUT_CACHE_ALIASES:
+    for name in OUTPUT_CACHE_ALIASES:
         if matches(getattr(displayhook, name, None)):
             setattr(displayhook, name, "")
             dropped.append(f"displayhook.{name}")
@@ -441,6 +472,14 @@ def _still_held(shell, report: CleanReport) -> list[str]:
     return held
 
 
+def _other_threads_may_trace() -> bool:
+    """A user thread (e.g. ``threading.Thread(target=model.fit)``) might trace a gradient
+    while live entries are out of the registry: then leave them in place (they are purged
+    by the next clean instead). Daemon threads are ours, IPython's or TensorFlow's."""
+    main = threading.main_thread()
+    return any(t is not main and not t.daemon and t.is_alive() for t in threading.enumerate())
+
+
 def _describe_purge(step: CleanStep, result: PurgeResult) -> None:
     if result.skipped is not None:
         step.skipped = result.skipped.detail
@@ -484,12 +523,12 @@ def clear_tf(
         >>> print(report)                             # doctest: +SKIP
     """
     if shell is None:
-        shell = _running_shell()
+        shell = running_shell()
     if namespace is None:
         namespace = shell.user_ns if shell is not None else sys._getframe(1).f_globals
-    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
-        raise KerasMagicUsageError(f"seed must be an integer, got {seed!r}")
-    _validate_names(names, namespace)
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**32):
+        raise KerasMagicUsageError(f"the seed must be an integer from 0 to 2**32 - 1, got {seed!r}; e.g. --seed 42")
+    names = _validate_names(names, namespace, in_ipython=shell is not None)
 
     report = CleanReport()
     started = time.perf_counter()
@@ -527,7 +566,8 @@ def clear_tf(
         else:
             step.skipped = "turned off (purge_registry=False)"
     with _StepTimer(report, "garbage collection") as step:
-        if purge_registry and report.registry is not None and report.registry.skipped is None:
+        if (purge_registry and report.registry is not None and report.registry.skipped is None
+                and not _other_threads_may_trace()):
             # Entries of models that are dead but not yet collected ride on their variables
             # through this one collection, so that model, entry and graph go together.
             with entries_tied_to_their_variables() as tied:

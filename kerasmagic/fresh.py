@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from . import events
 from .clean import CleanReport, clear_tf
-from .measure import CellMeasurement, measure
+from .holders import running_shell
+from .measuring import CellMeasurement, measure
 from .tables import Report, Section, format_bytes
 
 __all__ = ['FreshModelResult', 'fresh_model']
@@ -92,11 +94,7 @@ class fresh_model:  # noqa: N801 - used like a function: `with fresh_model():`
     def __enter__(self) -> FreshModelResult:
         namespace = self._clean_args["namespace"]
         if namespace is None and self._clean_args["shell"] is None:
-            import sys
-
-            from .holders import _running_shell
-
-            if _running_shell() is None:
+            if running_shell() is None:
                 # A script: names live in the caller's module globals.
                 self._clean_args["namespace"] = sys._getframe(1).f_globals
         clean = clear_tf(*self._names, **self._clean_args)

@@ -18,12 +18,14 @@ from .probes import keras as keras_probe
 from .probes.availability import Unavailable
 from .tables import Report, Section, format_bytes
 
-__all__ = ['HeavyObject', 'Holder', 'HolderReport', 'collect_heavy', 'describe', 'find_holders', 'is_heavy', 'iter_references', 'live_models', 'pins_heavy', 'tensor_nbytes', 'user_variable_names']
+__all__ = ['OUTPUT_CACHE_ALIASES', 'PROTECTED_NAMES', 'HeavyObject', 'Holder', 'HolderReport', 'collect_heavy', 'describe',
+           'exception_holders', 'find_holders', 'is_heavy', 'is_output_cache_name', 'iter_references', 'live_models',
+           'pins_heavy', 'running_shell', 'tensor_nbytes', 'user_variable_names']
 
 #: Arrays and tensors smaller than this are not worth listing.
 LARGE_OBJECT_BYTES = 1 << 20
-_OUTPUT_CACHE_ALIASES = ("_", "__", "___")
-_PROTECTED_NAMES = {"In", "Out", "get_ipython", "exit", "quit", "__builtins__", "__builtin__"}
+OUTPUT_CACHE_ALIASES = ("_", "__", "___")
+PROTECTED_NAMES = {"In", "Out", "get_ipython", "exit", "quit", "__builtins__", "__builtin__"}
 
 
 def tensor_nbytes(obj: Any) -> int | None:
@@ -107,8 +109,24 @@ def _history_model(obj: Any) -> Any:
     return None
 
 
+def _safe_repr(key: Any) -> str:
+    """A dict key for a label; user objects may have a ``__repr__`` that raises or is huge."""
+    try:
+        text = repr(key)
+    except Exception:  # noqa: BLE001 - a broken __repr__ must not break a report
+        return f"<{type(key).__name__}>"
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 def _children(name: str, value: Any) -> Iterator[tuple[str, Any]]:
     """The value itself, History.model, and items of small containers one level down."""
+    try:
+        yield from _unguarded_children(name, value)
+    except Exception:  # noqa: BLE001 - an odd container (a dict subclass that raises) is skipped
+        return
+
+
+def _unguarded_children(name: str, value: Any) -> Iterator[tuple[str, Any]]:
     yield name, value
     model = _history_model(value)
     if model is not None:
@@ -121,27 +139,42 @@ def _children(name: str, value: Any) -> Iterator[tuple[str, Any]]:
                 yield f"{name}[{index}].model", model
     elif isinstance(value, dict) and len(value) <= 1000:
         for key, item in list(value.items()):
-            yield f"{name}[{key!r}]", item
+            label = f"{name}[{_safe_repr(key)}]"
+            yield label, item
             model = _history_model(item)
             if model is not None:
-                yield f"{name}[{key!r}].model", model
+                yield f"{label}.model", model
 
 
 def user_variable_names(shell) -> list[str]:
-    """Names the user defined (what ``%who`` lists): not IPython's hidden or cache names."""
+    """Names the user defined, ``_private`` ones included: not IPython's hidden, cache or dunder names.
+
+    Example:
+        >>> shell = get_ipython(); shell.run_cell("_m = 1; m = 2")     # doctest: +SKIP
+        >>> {"_m", "m"} <= set(user_variable_names(shell))              # doctest: +SKIP
+        True
+    """
     hidden = shell.user_ns_hidden
     names = []
-    for name, value in shell.user_ns.items():
-        if name.startswith("_") or name in _PROTECTED_NAMES:
+    for name, value in list(shell.user_ns.items()):
+        if name in PROTECTED_NAMES or is_output_cache_name(name) or name.startswith("__"):
             continue
+        if name in ("_i", "_ii", "_iii", "_oh", "_dh", "_sh") or (name.startswith("_i") and name[2:].isdigit()):
+            continue  # IPython's input history and shortcuts
         if name in hidden and hidden[name] is value:
             continue
         names.append(name)
     return names
 
 
-def _is_cache_name(name: str) -> bool:
-    return name in _OUTPUT_CACHE_ALIASES or (name[:1] == "_" and name[1:].isdigit())
+def is_output_cache_name(name: str) -> bool:
+    """``_``, ``__``, ``___`` and ``_N``: where IPython's output cache puts displayed values.
+
+    Example:
+        >>> is_output_cache_name("_12"), is_output_cache_name("_model")
+        (True, False)
+    """
+    return name in OUTPUT_CACHE_ALIASES or (name[:1] == "_" and name[1:].isdigit())
 
 
 def exception_holders() -> Iterator[tuple[str, Any]]:
@@ -173,14 +206,14 @@ def iter_references(shell) -> Iterator[Holder]:
         for where, item in _children(f"Out[{number}]", value):
             yield Holder(where, "output_cache", item)
     for name, value in list(user_ns.items()):
-        if _is_cache_name(name):
+        if is_output_cache_name(name):
             for where, item in _children(name, value):
                 yield Holder(where, "output_cache", item)
     for name, value in list(shell.user_ns_hidden.items()):
-        if _is_cache_name(name):
+        if is_output_cache_name(name):
             yield Holder(f"user_ns_hidden[{name!r}]", "output_cache", value)
     displayhook = getattr(shell, "displayhook", None)
-    for name in _OUTPUT_CACHE_ALIASES:
+    for name in OUTPUT_CACHE_ALIASES:
         value = getattr(displayhook, name, None)
         if value is not None:
             yield Holder(f"displayhook.{name}", "output_cache", value)
@@ -281,7 +314,7 @@ def find_holders(shell=None, census: bool = True) -> HolderReport:
         >>> print(find_holders())          # doctest: +SKIP
     """
     if shell is None:
-        shell = _running_shell()
+        shell = running_shell()
     objects = collect_heavy(shell) if shell is not None else []
     unreachable = None
     if census:
@@ -295,14 +328,25 @@ def find_holders(shell=None, census: bool = True) -> HolderReport:
 
 
 def live_models() -> list[Any]:
-    """Every live Keras model in the process (a full ``gc`` scan: use sparingly)."""
+    """Every live Keras model in the process (a full ``gc`` scan: use sparingly).
+
+    A model's own inner models (Keras 3's ``Sequential`` builds a ``Functional`` in
+    ``_functional``) are part of it, not separate models, and are left out.
+
+    Example:
+        >>> [m.name for m in live_models()]          # doctest: +SKIP
+        ['sequential']
+    """
     classes = keras_probe.model_classes()
     if not classes:
         return []
-    return [obj for obj in gc.get_objects() if isinstance(obj, classes)]
+    models = [obj for obj in gc.get_objects() if isinstance(obj, classes)]
+    inner = {id(getattr(model, "_functional", None)) for model in models}
+    return [model for model in models if id(model) not in inner]
 
 
-def _running_shell():
+def running_shell():
+    """The running IPython shell, or None in a plain script (IPython is not imported for it)."""
     ipython = sys.modules.get("IPython")
     if ipython is None:
         return None

@@ -58,20 +58,26 @@ class _CellRunner:
         # The magic's own line comes first in the notebook: shift by one so that tracebacks
         # point at the line numbers the user sees, and show the header as that first line.
         ast.increment_lineno(tree, 1)
-        self.last_expression = None
+        last_expression = None
         if tree.body and isinstance(tree.body[-1], ast.Expr):
-            self.last_expression = ast.Expression(tree.body.pop().value)
+            last_expression = ast.Expression(tree.body.pop().value)
         self.body = tree
         self.cell_number = current_cell_number(shell)
         self.filename = shell.compile.cache(f"# {header}\n{self.source}", self.cell_number, raw_code=cell)
+        # Compile everything before anything runs: a cell must not run halfway, then fail.
+        try:
+            self._code = compile(tree, self.filename, "exec")
+            self._last = None if last_expression is None else compile(last_expression, self.filename, "eval")
+        except SyntaxError as exc:
+            hint = " (top-level await: put the code in an async function and asyncio.run() it)" if (
+                "await" in (exc.msg or "")) else ""
+            raise UsageError(f"the cell cannot run under {header.split()[0]}: {exc.msg}{hint}; nothing was run") from None
 
     def run(self) -> Any:
         __tracebackhide__ = True  # noqa: F841 - read by IPython's traceback formatter
         namespace = self.shell.user_ns
-        exec(compile(self.body, self.filename, "exec"), namespace)
-        if self.last_expression is not None:
-            return eval(compile(self.last_expression, self.filename, "eval"), namespace)
-        return None
+        exec(self._code, namespace)
+        return None if self._last is None else eval(self._last, namespace)
 
 
 def _assigned_names(tree: ast.Module) -> set[str]:
@@ -106,8 +112,13 @@ def current_cell_number(shell) -> int:
 
 
 def _ends_with_semicolon(cell: str) -> bool:
-    lines = [line for line in cell.rstrip().splitlines() if line.strip()]
-    return bool(lines) and lines[-1].rstrip().endswith(";")
+    """IPython's own rule for "a trailing ; hides the value" (comments after it allowed)."""
+    from IPython.core.displayhook import DisplayHook
+
+    try:
+        return DisplayHook.semicolon_at_end_of_expression(cell)
+    except Exception:  # noqa: BLE001 - tokenize errors: the cell already compiled, show the value
+        return False
 
 
 @magics_class
@@ -179,7 +190,7 @@ class KerasMagics(Magics):
         if args.live or args.who:
             raise UsageError("%%tf_mem measures a cell; --who and --live belong to the line magic %tf_mem")
         _check_var_name(args.output or None, "-o")
-        from .measure import measure
+        from .measuring import measure
 
         runner = _CellRunner(self.shell, cell, f"%%tf_mem {line}")
         meter = measure(label=f"cell [{runner.cell_number}]")
@@ -206,7 +217,7 @@ class KerasMagics(Magics):
     @argument("--keep-registry", action="store_true",
               help="Do not purge dead CustomGradient entries from TensorFlow's gradient registry.")
     @argument("-q", "--quiet", action="store_true", help="Do not display the report.")
-    @argument("-o", "--output", action="store_true", help="Return the CleanReport.")
+    @argument("-o", "--output", action="store_true", help="Return the CleanReport (report = %%clear_tf -o).")
     @line_magic
     def clear_tf(self, line: str = ""):
         """Free what the Keras/TensorFlow session holds, and say what could not be freed.
@@ -233,9 +244,11 @@ class KerasMagics(Magics):
                 *args.names, shell=self.shell, seed=args.seed,
                 purge_hidden=not args.keep_hidden, purge_registry=not args.keep_registry,
             )
+        if args.output:
+            return report  # shown once, as the cell's value
         if not args.quiet:
             display(report)
-        return report if args.output else None
+        return None
 
     # --- %%fresh_model -----------------------------------------------------------------------
 

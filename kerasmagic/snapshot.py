@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from .holders import HolderReport, _running_shell, collect_heavy, find_holders
+from .holders import HolderReport, running_shell, collect_heavy, find_holders
 from .probes import keras as keras_probe
 from .probes import nvml as nvml_probe
 from .probes import process as process_probe
@@ -28,7 +28,7 @@ def session_facts(shell=None) -> dict[str, Any]:
         ['keras', 'models', 'tensorflow_graph']
     """
     if shell is None:
-        shell = _running_shell()
+        shell = running_shell()
     models = []
     if shell is not None and keras_probe.model_classes():
         for item in guarded(lambda: collect_heavy(shell), "finding models") or []:
@@ -188,7 +188,7 @@ def tf_mem(shell=None, who: bool = False) -> MemorySnapshot:
         True
     """
     if shell is None:
-        shell = _running_shell()
+        shell = running_shell()
     facts = session_facts(shell)
     tensorflow = tf_probe.snapshot()
     return MemorySnapshot(

@@ -104,6 +104,8 @@ class PeakRss:
 
     SAMPLE_INTERVAL_S = 0.002
     _exact: bool | None = None
+    #: Exact measurements running now (outermost first); nested ones must not erase their peaks.
+    _active: list["PeakRss"] = []
 
     def __init__(self) -> None:
         self.method = "exact"
@@ -112,6 +114,7 @@ class PeakRss:
         self._sampler: threading.Thread | None = None
         self._stop_event = threading.Event()
         self._sampled_peak = 0
+        self._carried_peak = 0
 
     def start(self) -> "PeakRss":
         if PeakRss._exact is None:
@@ -119,8 +122,14 @@ class PeakRss:
         self.start_rss_bytes = rss_bytes()
         if PeakRss._exact:
             self.method = "exact"
+            # VmHWM is one counter per process: before a nested measurement resets it, the
+            # measurements around it keep the peak they have seen so far.
+            high_water = _read_hwm_bytes()
+            for outer in PeakRss._active:
+                outer._carried_peak = max(outer._carried_peak, high_water)
             with open(_CLEAR_REFS_PATH, "w") as clear_refs:
                 clear_refs.write("5")
+            PeakRss._active.append(self)
         else:
             self.method = "sampled"
             self._sampled_peak = self.start_rss_bytes
@@ -138,7 +147,9 @@ class PeakRss:
     def stop(self) -> int:
         """Stop tracking and return the peak in bytes."""
         if self.method == "exact":
-            self.peak_bytes = max(_read_hwm_bytes(), self.start_rss_bytes)
+            if self in PeakRss._active:
+                PeakRss._active.remove(self)
+            self.peak_bytes = max(_read_hwm_bytes(), self._carried_peak, self.start_rss_bytes)
         else:
             self._stop_event.set()
             if self._sampler is not None:

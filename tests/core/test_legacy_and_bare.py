@@ -24,7 +24,6 @@ def run_script(code: str, **env: str) -> dict:
 
 
 def test_legacy_graph_mode_grows_and_clear_tf_resets_it():
-    pytest.importorskip("tf_keras")
     data = run_script(
         """
         import json

@@ -183,6 +183,9 @@ def test_never_deletes_a_variable_it_was_not_given(keras_shell):
         ("%%fresh_model -o\n1", "expected one argument"),
         ("%%fresh_model not_defined\n1", "no variable named 'not_defined'"),
         ("%%tf_mem\nx = (1,\nprint(x)", "does not parse"),
+        ("%%tf_mem\nprecious.append(4)\nawait something()", "top-level await"),
+        ("%clear_tf --seed -1", "from 0 to 2**32 - 1"),
+        ("%%fresh_model --seed 4294967296\nprecious.append(4)", "from 0 to 2**32 - 1"),
     ],
 )
 def test_bad_arguments_raise_usage_error_and_keep_the_users_data(keras_shell, capsys, line, fragment):
@@ -193,7 +196,8 @@ def test_bad_arguments_raise_usage_error_and_keep_the_users_data(keras_shell, ca
     assert isinstance(error, UsageError), repr(error)
     assert fragment in str(error)
     assert shell.user_ns["precious"] == [1, 2, 3]
-    assert "Traceback" not in capsys.readouterr().out
+    captured = capsys.readouterr()
+    assert "Traceback" not in captured.out + captured.err
 
 
 def test_help_has_examples(keras_shell):
@@ -224,3 +228,44 @@ def test_a_kept_report_does_not_hold_the_models_it_lists(keras_shell):
     assert "model" in str(shell.user_ns["snap"])
     run(shell, "%clear_tf model -q")
     assert shell.user_ns["ref"]() is None
+
+
+def test_deleting_a_name_keeps_unrelated_outputs_that_share_an_interned_value(keras_shell):
+    shell = keras_shell
+    run(shell, "2 + 3")
+    run(shell, "3 > 2")
+    run(shell, "n = 5; flag = True")
+    outputs_before = dict(shell.user_ns["Out"])
+    report = run(shell, "%clear_tf n flag -o")
+    assert "n" not in shell.user_ns and "flag" not in shell.user_ns
+    assert {k: v for k, v in shell.user_ns["Out"].items() if k in outputs_before} == outputs_before
+    assert report.dropped == ["variable n", "variable flag"]
+
+
+def test_duplicate_names_delete_once_and_modules_are_flagged(keras_shell):
+    shell = keras_shell
+    run(shell, "import json as js; model = make_model()")
+    report = run(shell, "%clear_tf model model js -o")
+    step = report.steps[0]
+    assert step.skipped is None, step.skipped
+    assert step.items[:2] == ["variable model", "variable js (a module: deleting it frees no memory)"]
+
+
+def test_who_survives_a_key_whose_repr_raises_and_names_private_variables(keras_shell):
+    shell = keras_shell
+    run(shell, "class Key:\n    def __repr__(self):\n        raise RuntimeError('no repr')")
+    run(shell, "table = {Key(): make_model()}; _private = make_model()")
+    text = str(run(shell, "%tf_mem --who -o"))
+    assert "table[<Key>]" in text and "_private" in text
+    header = "Models alive but not reachable from the notebook"
+    unreachable = text.split(header)[1] if header in text else ""
+    assert "Functional" not in unreachable, "a Sequential's inner Functional is part of it, not another model"
+
+
+def test_semicolon_after_a_comment_and_report_shown_once(keras_shell, capsys):
+    shell = keras_shell
+    assert run(shell, "%%tf_mem -q\n1 + 1;  # hidden") is None
+    assert run(shell, "%%tf_mem -q\n1 + 1  # shown;") == 2
+    capsys.readouterr()
+    run(shell, "%clear_tf -o")
+    assert capsys.readouterr().out.count("kerasmagic: cleaned in") == 1

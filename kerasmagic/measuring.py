@@ -41,6 +41,23 @@ def _counters() -> dict[str, Any]:
     }
 
 
+def _tf_peaks() -> dict[str, Any]:
+    stats = tf_probe.allocator_stats()
+    if isinstance(stats, Unavailable):
+        return {}
+    return {device: s["peak_bytes"] for device, s in stats.items()}
+
+
+def _safe(probe, what: str) -> dict[str, Any]:
+    """A dict-returning probe, or an empty dict (the report shows the figure as missing)."""
+    value = guarded(probe, what)
+    return value if isinstance(value, dict) else {}
+
+
+#: ``measure`` blocks running now, outermost first (nested blocks fold their peaks outward).
+_active_measures: list["measure"] = []
+
+
 def _delta(after: Any, before: Any) -> Any:
     if isinstance(after, (int, float)) and isinstance(before, (int, float)):
         return after - before
@@ -167,31 +184,49 @@ class measure:  # noqa: N801 - lower case on purpose: used like a function, `wit
     def __init__(self, label: str = "cell") -> None:
         self.result = CellMeasurement(label)
         self._peak = process_probe.PeakRss()
+        self._tf_peak_carried: dict[str, Any] = {}
         self._t0 = 0.0
 
     def __enter__(self) -> CellMeasurement:
         result = self.result
+        # Every probe is guarded: a failing probe costs a figure, never the user's cell.
         result.counters_before = _counters()
-        result.gpu_before = _gpu_process_bytes()
-        result.tf_before = _tf_in_use()
-        tf_probe.reset_peaks()
-        self._peak.start()
-        result.rss_before_bytes = self._peak.start_rss_bytes
-        result.rss_peak_method = self._peak.method
+        result.gpu_before = _safe(_gpu_process_bytes, "reading NVML")
+        result.tf_before = _safe(_tf_in_use, "reading TensorFlow's allocator")
+        # TF's peak counters are per process, like VmHWM: keep what the blocks around this one
+        # have seen before resetting them for this one.
+        peaks = _safe(_tf_peaks, "reading TensorFlow's peaks")
+        for outer in _active_measures:
+            outer._fold_tf_peaks(peaks)
+        guarded(tf_probe.reset_peaks, "resetting TensorFlow's peaks")
+        started = guarded(self._peak.start, "starting the RSS peak")
+        result.rss_before_bytes = self._peak.start_rss_bytes or process_probe.rss_bytes()
+        result.rss_peak_method = self._peak.method if not isinstance(started, Unavailable) else str(started)
+        _active_measures.append(self)
         self._t0 = time.perf_counter()
         return result
 
     def __exit__(self, exc_type, exc, tb) -> bool:
         result = self.result
         result.wall_s = time.perf_counter() - self._t0
-        result.rss_peak_bytes = self._peak.stop()
+        if self in _active_measures:
+            _active_measures.remove(self)
+        peak = guarded(self._peak.stop, "reading the RSS peak")
         result.rss_after_bytes = process_probe.rss_bytes()
-        stats = tf_probe.allocator_stats()
-        if not isinstance(stats, Unavailable):
+        result.rss_peak_bytes = peak if isinstance(peak, int) else result.rss_after_bytes
+        stats = guarded(tf_probe.allocator_stats, "reading TensorFlow's allocator")
+        if isinstance(stats, dict):
             result.tf_after = {d: s["in_use_bytes"] for d, s in stats.items()}
-            result.tf_peak = {d: s["peak_bytes"] for d, s in stats.items()}
-        result.gpu_after = _gpu_process_bytes()
+            self._fold_tf_peaks({d: s["peak_bytes"] for d, s in stats.items()})
+            result.tf_peak = dict(self._tf_peak_carried)
+        result.gpu_after = _safe(_gpu_process_bytes, "reading NVML")
         result.counters_after = _counters()
         if exc_type is not None:
             result.error = exc_type.__name__
         return False
+
+    def _fold_tf_peaks(self, peaks: dict[str, Any]) -> None:
+        for device, value in peaks.items():
+            if isinstance(value, int):
+                known = self._tf_peak_carried.get(device)
+                self._tf_peak_carried[device] = max(value, known) if isinstance(known, int) else value
