@@ -75,7 +75,7 @@ class LiveChannel:
 
     Example:
         >>> channel = LiveChannel(get_ipython())      # doctest: +SKIP
-        >>> channel.listener_count, channel.visible_count
+        >>> channel.listener_count, channel.visible_count   # doctest: +SKIP
         (0, 0)
     """
 
@@ -341,7 +341,7 @@ def register(shell) -> None:
     """Register the comm target and hooks; a no-op outside an ipykernel or when done already.
 
     Example:
-        >>> register(get_ipython())     # doctest: +SKIP  (what %load_ext kerasmagic does)
+        >>> register(get_ipython())     # what %load_ext kerasmagic does  # doctest: +SKIP
     """
     global _channel
     if _channel is not None or not _in_kernel(shell):
@@ -357,7 +357,7 @@ def unregister(shell) -> None:
     sampler thread, and NVML if it was started.
 
     Example:
-        >>> unregister(get_ipython())   # doctest: +SKIP  (what %unload_ext kerasmagic does)
+        >>> unregister(get_ipython())   # what %unload_ext kerasmagic does  # doctest: +SKIP
     """
     global _channel
     channel = _channel

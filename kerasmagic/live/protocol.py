@@ -47,10 +47,10 @@ def check_version(peer_version: Any) -> None:
 
     Example:
         >>> check_version("1.3.0")
-        >>> check_version("2.0.0")
+        >>> check_version("2.0.0")  # doctest: +ELLIPSIS
         Traceback (most recent call last):
         ...
-        kerasmagic.live.protocol.ProtocolError: ... speaks protocol 1.0.0, the frontend 2.0.0 ...
+        kerasmagic.live.protocol.ProtocolError: this kernel's kerasmagic speaks protocol 1.0.0, the frontend 2.0.0: ...
     """
     if _major(peer_version) != _major(PROTOCOL_VERSION):
         raise ProtocolError(

@@ -181,7 +181,7 @@ class LiveView:
 
     Example:
         >>> view = show_live(get_ipython())   # doctest: +SKIP
-        >>> view                               # doctest: +SKIP  (the cell shows the live view)
+        >>> view                               # the cell shows the live view  # doctest: +SKIP
         >>> view.stop()                        # doctest: +SKIP
     """
 
