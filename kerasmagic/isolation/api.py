@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import keyword
+import re
 import shutil
 import time
 from typing import Any, Callable
@@ -27,8 +29,46 @@ def check_options(timeout: float | None, env: dict[str, str] | None, outputs: li
         if not isinstance(key, str) or not key or "=" in key or not isinstance(value, str):
             raise IsolationUsageError(f"env takes string names and values, e.g. {{'TF_ENABLE_ONEDNN_OPTS': '0'}}; got {key!r}: {value!r}")
     for name in outputs or []:
-        if not isinstance(name, str) or not name.isidentifier():
+        if not isinstance(name, str) or not name.isidentifier() or keyword.iskeyword(name):
             raise IsolationUsageError(f"outputs are variable names; {name!r} is not one")
+
+
+# CUDA_VISIBLE_DEVICES items: an index (-1 hides every GPU), a GPU UUID or a MIG instance.
+_GPU_ITEM = re.compile(r"^(?:-1|\d+|GPU-[0-9A-Fa-f][0-9A-Fa-f-]*|MIG-[0-9A-Za-z][0-9A-Za-z/-]*)$")
+
+
+def check_gpu(gpu: str | int | None) -> str | None:
+    """``gpu`` as ``CUDA_VISIBLE_DEVICES``: comma-separated indices or ``GPU-``/``MIG-`` UUIDs.
+
+    CUDA silently ignores everything from the first item it cannot parse, so a typo would
+    give the worker no GPU (or the wrong one) without a word; this refuses it instead.
+
+    Example:
+        >>> check_gpu(0), check_gpu("0, 1"), check_gpu("GPU-8932f937-d72c-4106-c12f-20bd9faed9f6")
+        ('0', '0,1', 'GPU-8932f937-d72c-4106-c12f-20bd9faed9f6')
+    """
+    if gpu is None:
+        return None
+    if isinstance(gpu, bool) or not isinstance(gpu, (int, str)):
+        raise IsolationUsageError(f"gpu takes a GPU index or a comma-separated list like '0,1', got {gpu!r}")
+    items = [item.strip() for item in str(gpu).split(",")]
+    bad = [item for item in items if not _GPU_ITEM.match(item)]
+    if bad:
+        raise IsolationUsageError(
+            f"gpu={gpu!r}: {bad[0]!r} is not a GPU; give comma-separated indices (e.g. '0' or '0,1'), "
+            "GPU UUIDs ('GPU-...') or MIG instances ('MIG-...') as nvidia-smi -L lists them, or -1 for none")
+    return ",".join(items)
+
+
+def check_inputs(inputs: dict[str, Any] | None) -> None:
+    """Input names become the code's global variables, so each must be a Python identifier."""
+    if inputs is not None and not isinstance(inputs, dict):
+        raise IsolationUsageError(f"inputs takes a dict of variable names to values, got {type(inputs).__name__}")
+    for name in inputs or {}:
+        if not isinstance(name, str) or not name.isidentifier() or keyword.iskeyword(name):
+            raise IsolationUsageError(
+                f"inputs are variables of the isolated code, so their names must be Python identifiers; "
+                f"{name!r} is not one (e.g. {{'data': value}})")
 
 
 def encode_named(name: str, value: Any, directory: str, result: IsolatedResult, hint: str) -> dict[str, Any]:
@@ -77,6 +117,8 @@ def run_isolated(code_or_function: str | Callable[..., Any], *, inputs: dict[str
     """
     __tracebackhide__ = True  # noqa: F841
     check_options(timeout, env, outputs)
+    check_inputs(inputs)
+    gpu = check_gpu(gpu)
     result = IsolatedResult("isolated function" if callable(code_or_function) else "isolated code")
     result.kernel_rss_before_bytes = rss_bytes()
     directory = make_job_directory()
@@ -111,5 +153,5 @@ def run_isolated(code_or_function: str | Callable[..., Any], *, inputs: dict[str
     except BaseException:
         shutil.rmtree(directory, ignore_errors=True)
         raise
-    spec = worker_spec(gpu=None if gpu is None else str(gpu), env=env)
+    spec = worker_spec(gpu=gpu, env=env)
     return run_job(job, spec, result, timeout=timeout, forward_output=not quiet)

@@ -7,14 +7,15 @@ nothing else in the namespace changes, whatever happens.
 
 from __future__ import annotations
 
+import ast
 import builtins
 import re
 import shutil
 import time
 
 from ..probes.process import rss_bytes
-from .api import check_options, encode_named
-from .cell_names import analyse
+from .api import check_gpu, check_options, encode_named
+from .cell_names import analyse, uses_get_ipython
 from .errors import IsolationUsageError
 from .pool import worker_spec
 from .result import IsolatedResult
@@ -81,15 +82,19 @@ def run_cell_isolated(shell, cell: str, *, inputs: list[str] | None, outputs: li
             raise IsolationUsageError(f"--in takes variable names; {name!r} is not one")
     if no_return and outputs:
         raise IsolationUsageError("--no-return and --out contradict each other; keep one")
+    gpu = check_gpu(gpu)
     code = shell.transform_cell(cell)
-    if "get_ipython()" in code:
-        raise IsolationUsageError(
-            "an isolated cell runs in a plain Python worker, without IPython: magics (%...) and "
-            "shell commands (!...) cannot run there; move them to a cell of their own")
     try:
-        names = analyse(code)
+        tree = ast.parse(code)
     except SyntaxError as exc:
         raise IsolationUsageError(f"the cell does not parse: {exc}") from None
+    # The syntax tree, not the text: IPython turns magics and `!` lines into get_ipython()
+    # calls, while a string that merely mentions get_ipython() is harmless.
+    if uses_get_ipython(tree):
+        raise IsolationUsageError(
+            "an isolated cell runs in a plain Python worker, without IPython: magics (%...), "
+            "shell commands (!...) and get_ipython() cannot run there; move them to a cell of their own")
+    names = analyse(tree)
     send = cell_inputs(shell, names.reads, list(inputs or []))
     if no_return:
         wanted, required = [], []

@@ -73,3 +73,31 @@ def test_matplotlib_figures_arrive_as_png(isolated_shell):
         _run(isolated_shell, cell, no_return=True)
     pngs = [o.data for o in captured.outputs if "image/png" in o.data]
     assert len(pngs) == 2  # one on plt.show(), one left open at the end
+
+
+def test_a_cell_that_mentions_get_ipython_in_a_string_runs(isolated_shell):
+    # Only a get_ipython() *call* (what magics and `!` lines become) needs IPython in the worker.
+    _run(isolated_shell, "note = 'run get_ipython() in the kernel, not here'\nsize = len(note)")
+    assert isolated_shell.user_ns["size"] == len("run get_ipython() in the kernel, not here")
+
+
+def test_names_bound_by_match_patterns_come_back(isolated_shell):
+    isolated_shell.run_cell("from dataclasses import dataclass\n@dataclass\nclass Point:\n    x: int\n    y: int\n"
+                            "items = [1, 2, 3]\nconfig = {'k': 'v', 'other': 0}\norigin = Point(4, 5)")
+    cell = ("match items:\n    case [first, *rest]:\n        pass\n"
+            "match config:\n    case {'k': value, **others}:\n        pass\n"
+            "match origin:\n    case Point(x=px, y=py) as whole:\n        pass")
+    result = _run(isolated_shell, cell)
+    ns = isolated_shell.user_ns
+    assert (ns["first"], ns["rest"], ns["value"], ns["others"]) == (1, [2, 3], "v", {"other": 0})
+    assert (ns["px"], ns["py"], ns["whole"]) == (4, 5, ns["origin"])
+    assert {s.name for s in result.sent} == {"items", "config", "origin", "Point"}
+
+
+def test_a_name_bound_only_in_an_inner_function_does_not_hide_a_global_read(isolated_shell):
+    isolated_shell.user_ns["offset"] = 10
+    cell = ("def outer():\n    def inner():\n        offset = 1\n        return offset\n"
+            "    return inner() + offset\ntotal = outer()")
+    result = _run(isolated_shell, cell)
+    assert isolated_shell.user_ns["total"] == 11
+    assert [s.name for s in result.sent] == ["offset"]

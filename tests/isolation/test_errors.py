@@ -116,10 +116,21 @@ def test_errors_leave_the_namespace_untouched(isolated_shell):
     ({"timeout": 0}, "positive number"),
     ({"outputs": ["not a name"]}, "not one"),
     ({"env": {"A": 1}}, "string names and values"),
+    ({"inputs": {"1bad": 2}}, "'1bad' is not one"),
+    ({"inputs": {"class": 2}}, "'class' is not one"),
+    ({"gpu": "a b"}, "'a b' is not a GPU"),
+    ({"gpu": "0,,1"}, "'' is not a GPU"),
+    ({"gpu": True}, "GPU index"),
 ])
 def test_bad_options_are_usage_errors(kwargs, match):
     with pytest.raises(IsolationUsageError, match=match):
         run_isolated("x = 1", **kwargs)
+
+
+def test_a_bad_gpu_is_refused_for_a_cell_too(isolated_shell):
+    with pytest.raises(IsolationUsageError, match="comma-separated indices"):
+        run_cell_isolated(isolated_shell, "x = 1", inputs=None, outputs=None, no_return=False,
+                          timeout=None, gpu="first", env={}, seed=None, quiet=False)
 
 
 def test_magics_in_an_isolated_cell_are_refused(isolated_shell):
