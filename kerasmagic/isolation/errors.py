@@ -11,7 +11,7 @@ from typing import Any
 
 from ..errors import KerasMagicUsageError
 
-__all__ = ['IsolatedCellError', 'IsolatedCrash', 'IsolatedTimeout', 'IsolationUsageError']
+__all__ = ['IsolatedCellError', 'IsolatedCrash', 'IsolatedTimeout', 'IsolationUsageError', 'IsolationWarning']
 
 
 class _ShownWithoutOurFrames:
@@ -33,6 +33,15 @@ class IsolationUsageError(KerasMagicUsageError):
     """
 
     result: Any = None
+
+
+class IsolationWarning(UserWarning):
+    """Values that did not come back from an isolated run (the others did).
+
+    It is issued without a per-location registry, so Python's default filter shows it every
+    time, also the tenth time in a loop; ``warnings.filterwarnings("ignore",
+    category=IsolationWarning)`` silences it, and ``result.not_returned`` always lists them.
+    """
 
 
 class IsolatedTimeout(_ShownWithoutOurFrames, TimeoutError):

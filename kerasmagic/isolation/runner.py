@@ -21,10 +21,10 @@ from typing import Any
 
 from .. import events
 from ..probes.process import rss_bytes
-from .errors import IsolatedCellError, IsolatedCrash, IsolatedTimeout
+from .errors import IsolatedCellError, IsolatedCrash, IsolatedTimeout, IsolationWarning
 from .pool import Worker, WorkerPool, WorkerSpec, default_pool
 from .result import IsolatedResult
-from .shipping import decode, describe
+from .shipping import FrameworkNotImported, decode, describe
 
 SAMPLE_INTERVAL_S = 0.25
 _TAIL_CHARS = 8192
@@ -306,29 +306,55 @@ def _signal_name(number: int) -> str:
         return f"signal {number}"
 
 
+def _framework_hint(module: str) -> str:
+    return f"rebuilding it would import {module} into the kernel, which has not imported it"
+
+
+def _framework_advice(modules: list[str]) -> str:
+    imports = " / ".join(f"`import {m}`" for m in modules)
+    its = "its" if len(modules) == 1 else "their"
+    return (f" (isolation keeps {', '.join(modules)} and {its} memory out of the kernel: run {imports} in the "
+            "kernel first to get such values back, or return plain values: numpy arrays, "
+            "model.get_weights(), a saved file's path)")
+
+
 def _bring_back(final: dict[str, Any], result: IsolatedResult) -> None:
     started = time.perf_counter()
+    warn_about = dict(result.not_returned)  # what the worker could not send
+    frameworks: list[str] = []  # refused, not imported: named once in the warning with what to do
     if final.get("value") is not None:
         try:
-            result.value = decode(final["value"])
+            result.value = decode(final["value"], guard=True)
             result.returned.append(describe("value", final["value"]))
+        except FrameworkNotImported as exc:
+            warn_about["value"] = result.not_returned["value"] = _framework_hint(exc.module)
+            frameworks.append(exc.module)
         except Exception as exc:  # noqa: BLE001 - reported as a warning, as for named outputs
-            result.not_returned["value"] = f"rebuilding it in the kernel failed: {type(exc).__name__}: {exc}"
-    unimported_modules = []
+            warn_about["value"] = result.not_returned["value"] = \
+                f"rebuilding it in the kernel failed: {type(exc).__name__}: {exc}"
     for name, spec in final.get("outputs", {}).items():
         if spec["kind"] == "module" and spec["name"] not in sys.modules:
             # Importing TensorFlow into the kernel because the cell imported it would undo
-            # the point of isolating it; the user imports it here when they need it.
+            # the point of isolating it; the user imports it here when they need it. A cell's
+            # own `import` is not worth a warning: the report lists it.
             result.not_returned[name] = f"module {spec['name']!r} is not imported in the kernel; import it there if needed"
-            unimported_modules.append(name)
             continue
         try:
-            result.outputs[name] = decode(spec)
+            result.outputs[name] = decode(spec, guard=True)
             result.returned.append(describe(name, spec))
+        except FrameworkNotImported as exc:  # a model, a tensor, a function using tf...
+            warn_about[name] = result.not_returned[name] = _framework_hint(exc.module)
+            if exc.module not in frameworks:
+                frameworks.append(exc.module)
         except Exception as exc:  # noqa: BLE001 - one bad value must not lose the others
-            result.not_returned[name] = f"rebuilding it in the kernel failed: {type(exc).__name__}: {exc}"
+            warn_about[name] = result.not_returned[name] = \
+                f"rebuilding it in the kernel failed: {type(exc).__name__}: {exc}"
     result.ship_out_s = time.perf_counter() - started
-    failed = {name: why for name, why in result.not_returned.items() if name not in unimported_modules}
-    if failed:
-        listing = "; ".join(f"{name}: {why}" for name, why in failed.items())
-        warnings.warn(f"these values did not come back from the isolated process: {listing}", stacklevel=4)
+    if warn_about:
+        listing = "; ".join(f"{name}: {why}" for name, why in warn_about.items())
+        # warn_explicit with no registry: Python's default filter shows it every time (a
+        # location-based warning shows once per line, so a loop would hide later failures),
+        # and it names the run, not a line of kerasmagic.
+        advice = _framework_advice(frameworks) if frameworks else ""
+        warnings.warn_explicit(f"these values did not come back from the isolated process: {listing}{advice}",
+                               IsolationWarning, f"<{result.label}>", 0, module="kerasmagic.isolation")

@@ -15,6 +15,7 @@ Each name is encoded on its own, so that a failure names the one value that cann
 from __future__ import annotations
 
 import importlib
+import io
 import mmap
 import os
 import pickle
@@ -33,6 +34,45 @@ OUT_OF_BAND_MIN_BYTES = 1 << 20
 INLINE_MAX_BYTES = 1 << 20
 #: Use /dev/shm (RAM) for the job folder only when it has this much room (Docker gives 64 MB).
 _SHM_MIN_FREE_BYTES = 2 << 30
+
+
+#: Frameworks whose import takes GPU memory or a large CPU pool. A value coming back from a
+#: worker never imports one of them into a kernel that has not imported it itself.
+GUARDED_FRAMEWORKS = frozenset({"tensorflow", "keras", "tf_keras", "jax", "jaxlib", "torch"})
+
+
+class FrameworkNotImported(Exception):
+    """Rebuilding a value would import ``module`` (a framework) into a kernel that lacks it."""
+
+    def __init__(self, module: str) -> None:
+        super().__init__(module)
+        self.module = module
+
+
+def _refuse_unimported(module_name: str) -> None:
+    top = module_name.split(".")[0]
+    if top in GUARDED_FRAMEWORKS and top not in sys.modules:
+        raise FrameworkNotImported(top)
+
+
+class _GuardedUnpickler(pickle.Unpickler):
+    """An unpickler that refuses, instead of importing, a framework the kernel has not imported.
+
+    Every class or function a pickle names goes through ``find_class``, which is where the
+    import would happen; cloudpickle's by-value functions import the modules they use through
+    its ``subimport`` helpers, which are wrapped with the same check.
+    """
+
+    def find_class(self, module: str, name: str) -> Any:
+        _refuse_unimported(module)
+        found = super().find_class(module, name)
+        if module.split(".")[0] == "cloudpickle" and name in ("subimport", "dynamic_subimport"):
+            def guarded(module_name: str, *args: Any) -> Any:
+                _refuse_unimported(module_name)
+                return found(module_name, *args)
+
+            return guarded
+        return found
 
 
 class ShippingError(Exception):
@@ -183,12 +223,21 @@ def _map_file(path: str) -> Any:
         return mmap.mmap(handle.fileno(), size, access=mmap.ACCESS_COPY)
 
 
-def decode(spec: dict[str, Any]) -> Any:
-    """Rebuild a value from :func:`encode`'s description (in the other process)."""
+def decode(spec: dict[str, Any], *, guard: bool = False) -> Any:
+    """Rebuild a value from :func:`encode`'s description (in the other process).
+
+    With ``guard`` (the kernel's side), a value whose rebuilding would import one of
+    :data:`GUARDED_FRAMEWORKS` that this process has not imported raises
+    :class:`FrameworkNotImported` instead, and nothing is imported.
+    """
     kind = spec["kind"]
     if kind == "module":
+        if guard:
+            _refuse_unimported(spec["name"])
         return importlib.import_module(spec["name"])
     if kind == "keras":
+        if guard:
+            _refuse_unimported(spec["module"])
         module = importlib.import_module(spec["module"])
         # safe_mode=False: the file was written a moment ago by this user's own session, and
         # safe mode would refuse models with Lambda layers.
@@ -201,7 +250,10 @@ def decode(spec: dict[str, Any]) -> Any:
             data = handle.read()
     else:
         data = spec["data"]
-    return pickle.loads(data, buffers=[_map_file(p) for p in spec["buffers"]])
+    buffers = [_map_file(p) for p in spec["buffers"]]
+    if guard:
+        return _GuardedUnpickler(io.BytesIO(data), buffers=buffers).load()
+    return pickle.loads(data, buffers=buffers)
 
 
 def describe(name: str, spec: dict[str, Any]) -> ShippedName:

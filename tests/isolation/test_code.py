@@ -104,3 +104,51 @@ def test_unreturnable_output_warns_and_others_come_back():
         result = run_isolated("gen = (i for i in range(3))\nok = 1")
     assert result.outputs == {"ok": 1}
     assert "gen" in result.not_returned
+
+
+_NO_FRAMEWORK_KERNEL = """
+import json, sys, warnings
+from kerasmagic.isolation import configure_pool, run_isolated
+configure_pool(size=0)
+code = ("import keras, tensorflow as tf\\n"
+        "model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])\\n"
+        "tensor = tf.constant([1.0])\\n"
+        "def double(v):\\n    return tf.constant(v) * 2\\n"
+        "n = 3")
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("default")
+    result = run_isolated(code, quiet=True)
+print(json.dumps({"outputs": sorted(result.outputs), "not_returned": result.not_returned,
+                  "imported": sorted(m for m in ("tensorflow", "keras") if m in sys.modules),
+                  "warnings": [str(w.message) for w in caught]}))
+"""
+
+
+def test_a_model_never_imports_keras_into_a_kernel_without_it():
+    # A fresh interpreter stands for a kernel that never imported Keras or TensorFlow.
+    import json
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", _NO_FRAMEWORK_KERNEL], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report["imported"] == []  # neither keras nor tensorflow entered the kernel
+    assert report["outputs"] == ["n"]
+    for name, module in (("model", "keras"), ("tensor", "tensorflow"), ("double", "tensorflow")):
+        assert f"would import {module} into the kernel" in report["not_returned"][name]
+    [warning] = [w for w in report["warnings"] if "did not come back" in w]
+    assert "model: rebuilding it would import keras" in warning
+    assert "`import keras` / `import tensorflow` in the kernel first" in warning
+
+
+def test_every_unreturnable_output_is_reported_also_in_a_loop():
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("default")  # Python's default: once per location
+        for _ in range(2):
+            run_isolated("gen = (i for i in range(3))", quiet=True)
+    reported = [w for w in caught if "gen: generator objects cannot be pickled" in str(w.message)]
+    assert len(reported) == 2
+    assert all("kerasmagic" not in w.filename for w in reported)  # it names the run, not our code
