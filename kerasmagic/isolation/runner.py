@@ -14,6 +14,7 @@ import pickle
 import selectors
 import shutil
 import signal
+import subprocess
 import sys
 import time
 import warnings
@@ -187,7 +188,14 @@ def run_job(job: Job, spec: WorkerSpec, result: IsolatedResult, *, timeout: floa
     worker: Worker | None = None
     session: _Session | None = None
     try:
-        worker, state = pool.acquire(spec)
+        try:
+            worker, state = pool.acquire(spec)
+        except (OSError, subprocess.SubprocessError) as exc:
+            result.status = "crash"
+            raise IsolatedCrash(
+                f"could not start an isolated worker ({type(exc).__name__}: {exc}); nothing ran. Check that "
+                f"{sys.executable} still runs and that the machine has free memory and processes/open files "
+                "to spare (ulimit -u, ulimit -n), then run it again", result) from None
         result.worker_pid = worker.pid
         result.worker_state = state
         result.warm = state == "ready"
@@ -197,7 +205,10 @@ def run_job(job: Job, spec: WorkerSpec, result: IsolatedResult, *, timeout: floa
 
         run_started = time.perf_counter()
         session = _Session(worker, result, forward_output)
-        worker.conn.send_bytes(pickle.dumps(job.message(), protocol=5))
+        try:
+            worker.conn.send_bytes(pickle.dumps(job.message(), protocol=5))
+        except OSError as exc:  # BrokenPipeError, ConnectionResetError: it died after it was ready
+            _died_before_the_job(worker, session, result, exc)
         deadline = None if timeout is None else run_started + timeout
         while session.channel_open and session.final is None:
             if deadline is not None and time.perf_counter() >= deadline:
@@ -277,6 +288,28 @@ def _wait_until_ready(worker: Worker, result: IsolatedResult) -> None:
         time.sleep(0.02)
     result.worker_import_s = worker.ready_info.get("import_s")
     result.child_rss_start_bytes = worker.ready_info.get("rss_bytes")
+
+
+def _died_before_the_job(worker: Worker, session: _Session, result: IsolatedResult, exc: OSError) -> None:
+    try:
+        code = worker.process.wait(timeout=2.0)
+    except subprocess.TimeoutExpired:  # alive, but its channel is broken: it cannot take the job
+        _stop(worker, session)
+        code = worker.process.returncode
+    else:
+        _stop(worker, session)  # drain what it printed
+    result.status = "crash"
+    result.exit_code = code
+    if code is not None and code < 0:
+        result.signal_name = _signal_name(-code)
+    result.last_output = _last_lines(session.tail)
+    how = f"was killed by {result.signal_name}" if result.signal_name else f"exited with code {code}"
+    raise IsolatedCrash(
+        f"the isolated worker (pid {worker.pid}) {how} after it was ready, before it received the job "
+        f"({type(exc).__name__}); nothing ran and the namespace is unchanged: run it again, a fresh "
+        "worker takes it (if this repeats, something on this machine kills idle processes, e.g. the "
+        "out-of-memory killer)", result, exit_code=code, signal_name=result.signal_name,
+        last_output=result.last_output) from None
 
 
 def _stop(worker: Worker, session: _Session | None) -> None:

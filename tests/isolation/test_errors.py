@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import signal
 import threading
 import time
@@ -14,6 +15,7 @@ from kerasmagic.errors import KerasMagicUsageError
 from kerasmagic.isolation import (IsolatedCellError, IsolatedCrash, IsolatedTimeout, IsolationUsageError,
                                   run_isolated)
 from kerasmagic.isolation.cell import run_cell_isolated
+from kerasmagic.isolation.pool import WorkerPool
 
 pytestmark = pytest.mark.isolation
 
@@ -155,3 +157,54 @@ def test_importing_isolation_is_cheap():
             "print(sorted(m for m in ('numpy', 'tensorflow', 'keras', 'cloudpickle') if m in sys.modules))")
     output = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert output.strip() == "[]"
+
+
+class _PoolWhoseWorkerDiesAfterReady(WorkerPool):
+    """A real pool whose worker is really SIGKILLed between being ready and taking the job
+    (the window in which a machine's OOM killer or a stray `kill` can hit it)."""
+
+    def acquire(self, spec):
+        worker, state = super().acquire(spec)
+        while not worker.ready:
+            time.sleep(0.02)
+        worker.process.kill()
+        worker.process.wait(timeout=10)
+        return worker, state
+
+
+def _run_job_with(pool, code="x = 1"):
+    from kerasmagic.isolation.pool import worker_spec
+    from kerasmagic.isolation.result import IsolatedResult
+    from kerasmagic.isolation.runner import Job, run_job
+    from kerasmagic.isolation.shipping import make_job_directory
+
+    return run_job(Job("code", make_job_directory(), code=code, outputs=["x"]), worker_spec(), IsolatedResult(),
+                   pool=pool)
+
+
+def test_a_worker_dying_before_it_gets_the_job_is_a_crash_not_a_broken_pipe():
+    pool = _PoolWhoseWorkerDiesAfterReady(size=0)
+    try:
+        with pytest.raises(IsolatedCrash) as info:
+            _run_job_with(pool)
+    finally:
+        pool.shutdown()
+    message = str(info.value)
+    assert "killed by SIGKILL after it was ready, before it received the job" in message
+    assert "nothing ran" in message and "run it again" in message
+    assert info.value.__cause__ is None and info.value.__suppress_context__
+    assert info.value.signal_name == "SIGKILL" and info.value.result.status == "crash"
+
+
+def test_a_worker_that_cannot_start_is_a_crash_not_an_os_error(monkeypatch):
+    monkeypatch.setattr(sys, "executable", "/nonexistent/python3")  # a venv removed under a running kernel
+    pool = WorkerPool(size=0)
+    try:
+        with pytest.raises(IsolatedCrash) as info:
+            _run_job_with(pool)
+    finally:
+        pool.shutdown()
+    message = str(info.value)
+    assert message.startswith("could not start an isolated worker (FileNotFoundError")
+    assert "nothing ran" in message and "/nonexistent/python3 still runs" in message
+    assert info.value.result.status == "crash"
