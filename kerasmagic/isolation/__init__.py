@@ -16,7 +16,8 @@ Example:
 from __future__ import annotations
 
 from .api import run_isolated
-from .errors import IsolatedCellError, IsolatedCrash, IsolatedTimeout, IsolationUsageError, IsolationWarning
+from .errors import (IsolatedCellError, IsolatedCrash, IsolatedInterrupt, IsolatedTimeout, IsolationUsageError,
+                     IsolationWarning)
 from .pool import configure_pool, shutdown_default_pool
 from .result import IsolatedHistory, IsolatedResult
 
@@ -28,6 +29,7 @@ __all__ = [
     "IsolatedTimeout",
     "IsolatedCrash",
     "IsolatedCellError",
+    "IsolatedInterrupt",
     "IsolationWarning",
     "configure_pool",
     "shutdown_default_pool",

@@ -11,7 +11,8 @@ from typing import Any
 
 from ..errors import KerasMagicUsageError
 
-__all__ = ['IsolatedCellError', 'IsolatedCrash', 'IsolatedTimeout', 'IsolationUsageError', 'IsolationWarning']
+__all__ = ['IsolatedCellError', 'IsolatedCrash', 'IsolatedInterrupt', 'IsolatedTimeout', 'IsolationUsageError',
+           'IsolationWarning']
 
 
 class _ShownWithoutOurFrames:
@@ -81,6 +82,30 @@ class IsolatedCrash(_ShownWithoutOurFrames, RuntimeError):
         self.exit_code = exit_code
         self.signal_name = signal_name
         self.last_output = last_output
+
+
+class IsolatedInterrupt(_ShownWithoutOurFrames, KeyboardInterrupt):
+    """Ctrl-C (or the notebook's "interrupt kernel") during an isolated run; the worker was killed.
+
+    A ``KeyboardInterrupt``, so ``except KeyboardInterrupt`` catches it. It is raised without
+    its context and IPython shows it as one line, ``KeyboardInterrupt: interrupted; the
+    isolated worker was killed``: where the signal happened to land in our waiting loop is
+    nothing the user can act on.
+
+    Example:
+        >>> try:
+        ...     run_isolated("import time; time.sleep(600)")             # doctest: +SKIP
+        ... except KeyboardInterrupt as exc:                              # Ctrl-C
+        ...     exc.result.status
+        'interrupted'
+    """
+
+    def __init__(self, message: str, result: Any = None) -> None:
+        super().__init__(message)
+        self.result = result
+
+    def _render_traceback_(self) -> list[str]:
+        return [f"KeyboardInterrupt: {self}"]
 
 
 class IsolatedCellError(_ShownWithoutOurFrames, Exception):

@@ -22,7 +22,7 @@ from typing import Any
 
 from .. import events
 from ..probes.process import rss_bytes
-from .errors import IsolatedCellError, IsolatedCrash, IsolatedTimeout, IsolationWarning
+from .errors import IsolatedCellError, IsolatedCrash, IsolatedInterrupt, IsolatedTimeout, IsolationWarning
 from .pool import Worker, WorkerPool, WorkerSpec, default_pool
 from .result import IsolatedResult
 from .shipping import FrameworkNotImported, decode, describe
@@ -249,12 +249,16 @@ def run_job(job: Job, spec: WorkerSpec, result: IsolatedResult, *, timeout: floa
                 child_traceback=final["traceback"])
         _bring_back(final, result)
         return result
-    except KeyboardInterrupt as exc:
+    except KeyboardInterrupt:
         if worker is not None:
             _stop(worker, session)
         result.status = "interrupted"
-        exc.result = result  # type: ignore[attr-defined] - the magic shows the partial report
-        raise
+        if session is not None and not result.run_s:
+            result.run_s = time.perf_counter() - run_started
+        # A fresh exception without context: where the signal landed (our selectors loop, a
+        # sleep) is plumbing; the user sees one line and the magic shows the partial report.
+        who = f"the isolated worker (pid {worker.pid})" if worker is not None else "the isolated worker"
+        raise IsolatedInterrupt(f"interrupted; {who} was killed", result) from None
     except IsolatedCellError as exc:
         exc.result = result
         raise

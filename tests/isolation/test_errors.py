@@ -208,3 +208,34 @@ def test_a_worker_that_cannot_start_is_a_crash_not_an_os_error(monkeypatch):
     assert message.startswith("could not start an isolated worker (FileNotFoundError")
     assert "nothing ran" in message and "/nonexistent/python3 still runs" in message
     assert info.value.result.status == "crash"
+
+
+def test_ctrl_c_in_the_magic_shows_only_a_clean_keyboard_interrupt(shell, list_workers):
+    import contextlib
+    import io
+
+    from kerasmagic.isolation.pool import default_pool, worker_spec
+
+    default_pool().prestart(worker_spec())
+    assert default_pool().wait_until_warm(timeout=120)
+    job_pid = default_pool().pids()[0]
+    shell.user_ns["kept"] = 1
+    before = {k: v for k, v in shell.user_ns.items() if not k.startswith("_") and k not in ("In", "Out")}
+    output = io.StringIO()
+    # What the kernel does on Ctrl-C / "interrupt kernel": SIGINT to its own process.
+    timer = threading.Timer(1.5, os.kill, args=(os.getpid(), signal.SIGINT))
+    with contextlib.redirect_stdout(output), contextlib.redirect_stderr(output):
+        timer.start()
+        try:
+            shell.run_cell("%%fresh_model --isolate\nimport time\nkept = 2\nprint('started', flush=True)\n"
+                           "time.sleep(60)")
+        finally:
+            timer.cancel()
+    text = output.getvalue()
+    assert "started" in text and "KeyboardInterrupt" in text
+    assert f"KeyboardInterrupt: interrupted; the isolated worker (pid {job_pid}) was killed" in text
+    assert "kerasmagic/isolation" not in text and "selectors.py" not in text, text
+    after = {k: v for k, v in shell.user_ns.items() if not k.startswith("_") and k not in ("In", "Out")}
+    assert after == before
+    assert _gone(job_pid)
+    assert {p.pid for p in list_workers()} <= set(default_pool().pids())  # only the pool's idle ones
