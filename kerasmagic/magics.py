@@ -272,7 +272,7 @@ class KerasMagics(Magics):
               help="With --isolate: bring back only these variables (default: every name the cell assigns).")
     @argument("--no-return", action="store_true", help="With --isolate: bring nothing back (cells that write files).")
     @argument("--timeout", type=float, default=None, metavar="S", help="With --isolate: kill the worker after S seconds.")
-    @argument("--gpu", default=None, metavar="N", help="With --isolate: CUDA_VISIBLE_DEVICES for the worker, e.g. 0 or 0,1.")
+    @argument("--gpu", default=None, metavar="N", help="With --isolate: CUDA_VISIBLE_DEVICES for the worker: GPU indices (0 or 0,1), GPU-/MIG- UUIDs, or -1 for none.")
     @argument("--env", nargs="+", default=None, metavar="K=V",
               help="With --isolate: environment for the worker, set before TensorFlow starts.")
     @cell_magic
