@@ -64,6 +64,8 @@ class fresh_model:  # noqa: N801 - used like a function: `with fresh_model():`
         purge_hidden: drop output-cache entries and the last exception (default True).
         purge_registry: purge dead TensorFlow gradient-registry entries (default True).
         shell: the IPython shell (default: the running one, if any).
+        namespace: where ``names`` live when there is no shell (default: the calling
+            module's globals; pass ``locals()`` or your own dict from inside a function).
         label: the name the report gives the block.
 
     Example:

@@ -18,7 +18,7 @@ from __future__ import annotations
 from .api import run_isolated
 from .errors import (IsolatedCellError, IsolatedCrash, IsolatedInterrupt, IsolatedTimeout, IsolationUsageError,
                      IsolationWarning)
-from .pool import configure_pool, shutdown_default_pool
+from .pool import configure_pool, prestart_pool, shutdown_default_pool
 from .result import IsolatedHistory, IsolatedResult
 
 __all__ = [
@@ -32,5 +32,6 @@ __all__ = [
     "IsolatedInterrupt",
     "IsolationWarning",
     "configure_pool",
+    "prestart_pool",
     "shutdown_default_pool",
 ]

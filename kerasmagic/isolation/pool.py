@@ -459,6 +459,20 @@ def configure_pool(size: int | None = None, idle_timeout: float | None = None) -
             worker.kill()
 
 
+def prestart_pool(gpu: str | None = None, env: dict[str, str] | None = None) -> None:
+    """Start the default pool's workers now, so that the first isolated job finds one warm.
+
+    Call it after importing your frameworks and before the loop: the workers import them
+    while your other cells run.
+
+    Example:
+        >>> import keras                                        # doctest: +SKIP
+        >>> prestart_pool()                                     # doctest: +SKIP
+        >>> scores = [run_isolated(fold, args=(k,)).value for k in range(5)]   # doctest: +SKIP
+    """
+    default_pool().prestart(worker_spec(gpu=gpu, env=env))
+
+
 def shutdown_default_pool() -> None:
     """Kill the default pool's workers (``%unload_ext kerasmagic`` and interpreter exit call this).
 

@@ -76,3 +76,13 @@ def test_size_zero_keeps_no_worker_between_jobs():
         assert default_pool().pids() == []
     finally:
         configure_pool(size=1)
+
+
+def test_prestart_pool_makes_the_first_job_warm():
+    from kerasmagic.isolation import prestart_pool
+
+    shutdown_default_pool()
+    prestart_pool()
+    assert default_pool().wait_until_warm(timeout=120)
+    result = run_isolated("x = 1", quiet=True)
+    assert result.worker_state == "ready", result.worker_state
