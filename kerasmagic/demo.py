@@ -137,6 +137,11 @@ def run_cv(strategy: str) -> dict[str, Any]:
 
 
 def format_cv_table(results: list[dict[str, Any]]) -> str:
+    """Lesson 5's results (from :func:`run_cv`) as an aligned text table.
+
+    Example:
+        >>> print(format_cv_table([run_cv("fresh_model")]))     # doctest: +SKIP
+    """
     header = ("how each fold runs", "kernel RSS growth (folds 2-5)", "s/fold (first)", "s/fold (rest)", "mean accuracy")
     rows = []
     for r in results:
@@ -221,6 +226,11 @@ def run_in_subprocess(strategy: str, models: int, lesson: str = "loop") -> dict[
 
 
 def format_table(results: list[dict[str, Any]], slope_from: int) -> str:
+    """Lesson 1's results (from :func:`run_loop`) as an aligned text table.
+
+    Example:
+        >>> print(format_table([run_loop("fresh_model", 6)], slope_from=4))   # doctest: +SKIP
+    """
     header = ("strategy", f"RSS growth/model (models {slope_from + 1}+)", "RSS after", "s/model first 5", "s/model last 5", "last layer name")
     rows = []
     for r in results:
@@ -244,6 +254,12 @@ def _table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The command line: ``python -m kerasmagic.demo [--models N] [--strategies ...]``.
+
+    Example:
+        >>> main(["--models", "8", "--cv-strategies"])          # lesson 1 only  # doctest: +SKIP
+        0
+    """
     parser = argparse.ArgumentParser(description="Train models in a loop and cross-validate, the usual way and with kerasmagic.")
     parser.add_argument("--models", type=int, default=15, help="models per strategy in lesson 1 (default 15)")
     parser.add_argument("--strategies", nargs="+", choices=list(STRATEGIES),

@@ -8,6 +8,13 @@ __all__ = ['load', 'unload']
 
 
 def load(shell) -> None:
+    """Register the magics and the sidebar channel on ``shell`` (what ``%load_ext kerasmagic`` does).
+
+    Loading twice is a no-op, so re-running a notebook's first cell is safe.
+
+    Example:
+        >>> load(get_ipython())           # doctest: +SKIP
+    """
     from .magics import KerasMagics
 
     if getattr(shell, "_kerasmagic_magics", None) is not None:
@@ -22,6 +29,11 @@ def load(shell) -> None:
 
 
 def unload(shell) -> None:
+    """Undo :func:`load`: magics, channel, sampler thread, isolation pool and NVML all go.
+
+    Example:
+        >>> unload(get_ipython())         # doctest: +SKIP
+    """
     magics = getattr(shell, "_kerasmagic_magics", None)
     live_channel = sys.modules.get("kerasmagic.live.channel")
     if live_channel is not None:

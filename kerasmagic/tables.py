@@ -42,6 +42,12 @@ def format_bytes(value: Any, signed: bool = False) -> str:
 
 
 def format_value(value: Any) -> str:
+    """A probe value as text: floats to 3 significant digits, ``Unavailable`` as its reason.
+
+    Example:
+        >>> format_value(41.66666), format_value(None), format_value(7)
+        ('41.7', '—', '7')
+    """
     if isinstance(value, Unavailable):
         return str(value)
     if value is None:

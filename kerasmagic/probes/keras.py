@@ -16,7 +16,12 @@ __all__ = ['backend', 'history_classes', 'iter_models', 'keras3', 'model_classes
 
 
 def keras3():
-    """The imported Keras 3 module, or None (never imports it)."""
+    """The imported Keras 3 module, or None (never imports it).
+
+    Example:
+        >>> keras3() is None or keras3().__version__.startswith("3")
+        True
+    """
     keras = sys.modules.get("keras")
     if keras is None or not str(getattr(keras, "__version__", "0")).startswith("3"):
         return None
@@ -24,17 +29,34 @@ def keras3():
 
 
 def tf_keras():
-    """The imported legacy ``tf_keras`` module (``TF_USE_LEGACY_KERAS=1``), or None."""
+    """The imported legacy ``tf_keras`` module (``TF_USE_LEGACY_KERAS=1``), or None.
+
+    Example:
+        >>> tf_keras()                    # doctest: +SKIP
+        <module 'tf_keras' ...>
+    """
     return sys.modules.get("tf_keras")
 
 
 def status() -> str | Unavailable:
+    """``"imported"`` when Keras 3 or tf_keras is loaded in this process, else why not.
+
+    Example:
+        >>> status()                      # in a process that never imported Keras  # doctest: +SKIP
+        Unavailable(reason='not_imported', detail='Keras is not imported in this process')
+    """
     if keras3() is None and tf_keras() is None:
         return Unavailable("not_imported", "Keras is not imported in this process")
     return "imported"
 
 
 def version() -> dict[str, str]:
+    """The version of each imported Keras, keyed by package.
+
+    Example:
+        >>> version()                     # doctest: +SKIP
+        {'keras': '3.15.1'}
+    """
     versions = {}
     if keras3() is not None:
         versions["keras"] = keras3().__version__
@@ -44,6 +66,12 @@ def version() -> dict[str, str]:
 
 
 def backend() -> str | Unavailable:
+    """Keras' backend (``tensorflow``, ``jax``, ``torch``); tf_keras is always ``tensorflow``.
+
+    Example:
+        >>> backend()                     # doctest: +SKIP
+        'tensorflow'
+    """
     if keras3() is not None:
         return keras3().backend.backend()
     if tf_keras() is not None:
@@ -52,7 +80,14 @@ def backend() -> str | Unavailable:
 
 
 def name_counters() -> dict[str, int]:
-    """Keras's layer-name counters: ``{"dense": 80}`` is why the next layer is ``dense_80``."""
+    """Keras's layer-name counters: ``{"dense": 80}`` is why the next layer is ``dense_80``.
+
+    Read on the main thread: Keras 3 keeps them in thread-local state.
+
+    Example:
+        >>> name_counters()               # after building two Dense layers  # doctest: +SKIP
+        {'dense': 2}
+    """
     counters: dict[str, int] = {}
     if keras3() is not None:
         global_state = sys.modules["keras.src.backend.common.global_state"]
@@ -71,7 +106,12 @@ def name_counters() -> dict[str, int]:
 
 
 def model_classes() -> tuple[type, ...]:
-    """The Model base classes of every imported Keras, for isinstance checks."""
+    """The Model base classes of every imported Keras, for isinstance checks.
+
+    Example:
+        >>> isinstance(object(), model_classes())
+        False
+    """
     classes = []
     if keras3() is not None:
         classes.append(keras3().Model)
@@ -82,6 +122,12 @@ def model_classes() -> tuple[type, ...]:
 
 
 def history_classes() -> tuple[type, ...]:
+    """The ``History`` callback classes of every imported Keras (a History pins its model).
+
+    Example:
+        >>> isinstance(object(), history_classes())
+        False
+    """
     classes = []
     if keras3() is not None:
         classes.append(keras3().callbacks.History)
@@ -129,6 +175,12 @@ def model_footprint(model) -> dict[str, Any]:
 
 
 def iter_models(objects) -> Iterator[Any]:
+    """The Keras models among ``objects``.
+
+    Example:
+        >>> list(iter_models([1, "a", None]))
+        []
+    """
     classes = model_classes()
     if not classes:
         return

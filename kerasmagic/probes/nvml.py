@@ -122,4 +122,10 @@ def devices() -> list[dict[str, Any]] | Unavailable:
 
 
 def snapshot() -> dict[str, Any]:
+    """Every GPU NVML sees (or why none), as JSON-able values; initialises NVML on first use.
+
+    Example:
+        >>> snapshot()                    # on a machine without an NVIDIA driver  # doctest: +SKIP
+        {'devices': Unavailable(reason='no_device', detail='no NVIDIA driver: NVML Shared Library Not Found')}
+    """
     return {"devices": guarded(devices, "reading NVML")}

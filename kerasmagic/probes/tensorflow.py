@@ -23,7 +23,12 @@ _high_water_lock = threading.Lock()
 
 
 def module():
-    """The imported ``tensorflow`` module, or None. Never imports it."""
+    """The imported ``tensorflow`` module, or None. Never imports it.
+
+    Example:
+        >>> module() is None or hasattr(module(), "__version__")
+        True
+    """
     return sys.modules.get("tensorflow")
 
 
@@ -42,6 +47,12 @@ def status() -> str | Unavailable:
 
 
 def version() -> str | Unavailable:
+    """TensorFlow's version string, or why there is none (never imports it).
+
+    Example:
+        >>> version()                     # doctest: +SKIP
+        '2.21.0'
+    """
     tf = module()
     if tf is None:
         return Unavailable("not_imported", "TensorFlow is not imported in this process")
@@ -49,6 +60,12 @@ def version() -> str | Unavailable:
 
 
 def version_tuple() -> tuple[int, int]:
+    """(major, minor) of the imported TensorFlow, ``(0, 0)`` when it is not imported.
+
+    Example:
+        >>> version_tuple()               # doctest: +SKIP
+        (2, 21)
+    """
     text = version()
     if isinstance(text, Unavailable):
         return (0, 0)
@@ -146,6 +163,12 @@ def default_graph_op_count() -> int | Unavailable:
 
 
 def executing_eagerly() -> bool | Unavailable:
+    """True in TF2's eager mode, False after ``tf.compat.v1.disable_eager_execution()``.
+
+    Example:
+        >>> executing_eagerly()           # doctest: +SKIP
+        True
+    """
     tf = module()
     if tf is None:
         return Unavailable("not_imported", "TensorFlow is not imported in this process")
