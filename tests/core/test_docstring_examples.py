@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import doctest
-import importlib
+import subprocess
+import sys
 
 import pytest
 
@@ -23,6 +23,13 @@ MODULES = [
 
 @pytest.mark.parametrize("name", MODULES)
 def test_docstring_examples_hold(name):
-    module = importlib.import_module(name)
-    result = doctest.testmod(module, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE, verbose=False)
-    assert result.failed == 0, f"{result.failed} docstring example(s) in {name} do not hold"
+    # A fresh interpreter per module: the examples describe a session from its start (e.g.
+    # "before `import tensorflow`"), and they must not clean the other tests' shell.
+    code = (
+        "import doctest, importlib, sys; "
+        f"m = importlib.import_module({name!r}); "
+        "r = doctest.testmod(m, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE); "
+        "sys.exit(1 if r.failed else 0)"
+    )
+    completed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert completed.returncode == 0, f"docstring examples in {name} do not hold:\n{completed.stdout[-3000:]}"
