@@ -137,10 +137,8 @@ def purge_dead_custom_gradients() -> PurgeResult:
         >>> result.purged, result.kept_alive            # doctest: +SKIP
         (78, 2)
     """
-    result = PurgeResult()
-    reason = support()
-    if reason is not None:
-        result.skipped = reason
+    result = PurgeResult(skipped=support())
+    if result.skipped is not None:
         return result
     registry = tf_probe.gradient_registry()
     for key, refs in _custom_gradient_entries(registry):
@@ -182,10 +180,8 @@ def entries_tied_to_their_variables() -> Iterator[PurgeResult]:
         >>> tied.purged, tied.kept_alive                       # doctest: +SKIP
         (4, 2)
     """
-    result = PurgeResult()
-    reason = support()
-    if reason is not None:
-        result.skipped = reason
+    result = PurgeResult(skipped=support())
+    if result.skipped is not None:
         yield result
         return
     registry = tf_probe.gradient_registry()

@@ -16,6 +16,14 @@ from .tables import Report, Section, format_bytes, format_value
 __all__ = ['MemorySnapshot', 'session_facts', 'tf_mem']
 
 
+def _model_facts(shell) -> list[dict[str, Any]]:
+    """The models reachable from the notebook, with sizes and holders (JSON-able)."""
+    if shell is None or not keras_probe.model_classes():
+        return []
+    heavy = guarded(lambda: collect_heavy(shell), "finding models") or []
+    return [to_jsonable(item.to_dict()) for item in heavy if item.info["kind"] == "model"]
+
+
 def session_facts(shell=None) -> dict[str, Any]:
     """Keras and graph facts that must be read on the kernel's main thread, JSON-able.
 
@@ -29,11 +37,7 @@ def session_facts(shell=None) -> dict[str, Any]:
     """
     if shell is None:
         shell = running_shell()
-    models = []
-    if shell is not None and keras_probe.model_classes():
-        for item in guarded(lambda: collect_heavy(shell), "finding models") or []:
-            if item.info["kind"] == "model":
-                models.append(item.to_dict())
+    models = _model_facts(shell)
     graph: dict[str, Any] = {}
     if tf_probe.module() is not None:
         graph = {
@@ -189,13 +193,11 @@ def tf_mem(shell=None, who: bool = False) -> MemorySnapshot:
     """
     if shell is None:
         shell = running_shell()
-    facts = session_facts(shell)
-    tensorflow = tf_probe.snapshot()
     return MemorySnapshot(
         process=process_probe.snapshot(),
-        tensorflow=tensorflow,
+        tensorflow=tf_probe.snapshot(),
         keras=keras_probe.snapshot(),
         nvml=nvml_probe.snapshot(),
-        models=facts["models"],
+        models=_model_facts(shell),
         holders=find_holders(shell) if who else None,
     )
