@@ -11,8 +11,8 @@ from typing import Any
 
 from ..errors import KerasMagicUsageError
 
-__all__ = ['IsolatedCellError', 'IsolatedCrash', 'IsolatedInterrupt', 'IsolatedTimeout', 'IsolationUsageError',
-           'IsolationWarning']
+__all__ = ['IsolatedCellError', 'IsolatedCrash', 'IsolatedInterrupt', 'IsolatedShippingError', 'IsolatedTimeout',
+           'IsolationUsageError', 'IsolationWarning']
 
 
 class _ShownWithoutOurFrames:
@@ -34,6 +34,31 @@ class IsolationUsageError(KerasMagicUsageError):
     """
 
     result: Any = None
+
+
+class IsolatedShippingError(_ShownWithoutOurFrames, IsolationUsageError):
+    """An input reached the worker but could not be rebuilt there; the user's code never ran.
+
+    Not the user's code failing (:class:`IsolatedCellError`) and not a crash
+    (:class:`IsolatedCrash`): a class that exists only in the kernel (defined at run time,
+    or a custom ``keras.Model`` subclass that is not registered) cannot be unpickled in
+    another process. ``name`` is the input, ``exc_type``/``exc_message`` what the worker said.
+
+    Example:
+        >>> try:
+        ...     run_isolated("y = m.predict(x)", inputs={"m": custom_model, "x": x})  # doctest: +SKIP
+        ... except IsolatedShippingError as exc:
+        ...     exc.name
+        'm'
+    """
+
+    def __init__(self, message: str, result: Any = None, name: str | None = None, exc_type: str = "",
+                 exc_message: str = "") -> None:
+        super().__init__(message)
+        self.result = result
+        self.name = name
+        self.exc_type = exc_type
+        self.exc_message = exc_message
 
 
 class IsolationWarning(UserWarning):

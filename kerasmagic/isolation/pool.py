@@ -1,71 +1,109 @@
-"""A small pool of warm workers: fresh interpreters that have imported the kernel's frameworks.
+"""Where isolated jobs get their process: a fork of a warm template, else a fresh interpreter.
 
-One job per worker; the worker exits when its job ends. When a job takes a worker, a
-replacement is started in the background (after the job's own worker is ready, so that the
-two imports do not compete), so the next job finds a warm one. An idle TensorFlow worker
-holds about 0.5 GB, hence: the pool starts on first use, holds ``size`` idle workers
-(default 1), and stops after ``idle_timeout`` seconds without jobs, at ``%unload_ext`` and
-at interpreter exit.
+One template per environment (:mod:`kerasmagic.isolation.template`) imports the kernel's
+frameworks once and never runs an op; each job is a child forked from it, which costs
+milliseconds instead of an import. When the template refuses to fork (its fork-safety check
+failed), it is retired and that job runs in a fresh interpreter; the job's report says why.
+``size`` is how many jobs may run at once (each is its own process, sharing the template's
+pages until it writes to them). The template starts on first use (or
+:func:`prestart_pool`), is retired after ``idle_timeout`` seconds without jobs, and goes at
+``%unload_ext`` and at interpreter exit; no process of ours outlives the kernel.
 
-Every worker is started by one long-lived pool thread: Linux's ``PR_SET_PDEATHSIG`` fires
-when the *thread* that forked the child ends, so a short-lived thread would kill its workers.
+Every process is started by one long-lived pool thread: Linux's ``PR_SET_PDEATHSIG`` fires
+when the *thread* that forked the child ends, so a short-lived thread would kill them.
 
 Example:
     >>> from kerasmagic.isolation import configure_pool
-    >>> configure_pool(size=2, idle_timeout=300)     # two warm workers, gone after 5 idle minutes
+    >>> configure_pool(size=2, idle_timeout=300)     # two jobs at once; the template goes after 5 idle minutes
 """
 
 from __future__ import annotations
 
 import atexit
+import glob
+import itertools
+import logging
+import math
 import os
 import pickle
 import queue
+import re
+import shutil
+import signal
 import socket
+import subprocess
 import sys
 import tempfile
 import threading
 import time
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import Any, Callable
 
 from ..probes.availability import Unavailable
+from .template import LATE_ENV, MAX_CONTROL_BYTES
 
-DEFAULT_SIZE = 1
+logger = logging.getLogger(__name__)
+
 DEFAULT_IDLE_TIMEOUT_S = 600.0
 
-#: Heavy modules a worker imports up front when the kernel has them imported.
+#: Heavy modules a template imports up front when the kernel has them imported.
 _PRELOADABLE = ("numpy", "pandas", "tensorflow", "tf_keras", "keras", "jax", "torch", "matplotlib.pyplot", "sklearn")
 _MPL_BACKEND = "module://kerasmagic.isolation.mpl_backend"
 #: Variables that change by themselves (pytest sets one per test) and mean nothing to TF:
-#: a worker started under another value of these is still the right worker.
+#: a template started under another value of these is still the right template.
 _VOLATILE_ENV = frozenset({"PYTEST_CURRENT_TEST", "_", "OLDPWD", "PWD", "COLUMNS", "LINES"})
+#: Files of ours named after the kernel that made them, so that a later pool can tell
+#: whose kernel is gone (``kerasmagic-isolated-<pid>-…`` folders, ``kerasmagic-worker-<pid>-…`` logs).
+_OWNED_NAME = re.compile(r"^kerasmagic-(?:isolated|worker|template)-(\d+)-")
+
+
+def default_size() -> int:
+    """Jobs that may run at once by default: one per CPU core.
+
+    Example:
+        >>> default_size() >= 1
+        True
+    """
+    return max(1, os.cpu_count() or 1)
 
 
 @dataclass(frozen=True)
 class WorkerSpec:
-    """What a worker must have been started with: its modules and its whole environment.
+    """What a job's process must have: the kernel's frameworks and its whole environment.
 
-    Two specs are equal only if the environments are equal: a worker started before
-    ``--env TF_GPU_ALLOCATOR=...`` or ``--gpu 1`` cannot take that job (TF reads them once).
+    The variables in :data:`~kerasmagic.isolation.template.LATE_ENV` (``CUDA_VISIBLE_DEVICES``,
+    allocator settings) are read only when a runtime starts, so the forked child sets them;
+    every other variable is read at import time, and a job that changes one needs a
+    template of its own.
+
+    Example:
+        >>> spec = WorkerSpec(("numpy",), (("CUDA_VISIBLE_DEVICES", "1"), ("HOME", "/root")))
+        >>> spec.template_env(), spec.late_env()
+        ((('HOME', '/root'),), {'CUDA_VISIBLE_DEVICES': '1'})
     """
 
     preload: tuple[str, ...]
     env: tuple[tuple[str, str], ...]
 
+    def template_env(self) -> tuple[tuple[str, str], ...]:
+        return tuple((k, v) for k, v in self.env if k not in LATE_ENV)
+
+    def late_env(self) -> dict[str, str]:
+        return {k: v for k, v in self.env if k in LATE_ENV}
+
     def can_run(self, needed: "WorkerSpec") -> bool:
-        """Same environment: a worker that lacks a module imports it during the job."""
-        return self.env == needed.env
+        """Same import-time environment: a template that lacks a module lets the job import it."""
+        return self.template_env() == needed.template_env()
 
     def covers(self, needed: "WorkerSpec") -> bool:
-        """Same environment and every module the job's kernel has is already imported."""
-        return self.env == needed.env and set(self.preload) >= set(needed.preload)
+        """Same import-time environment and every module the job's kernel has is imported."""
+        return self.can_run(needed) and set(self.preload) >= set(needed.preload)
 
 
 def detect_preload() -> tuple[str, ...]:
-    """The heavy modules this kernel has imported (the worker imports the same ones).
+    """The heavy modules this kernel has imported (the template imports the same ones).
 
     Example:
         >>> detect_preload()     # in a kernel that ran `import keras`           # doctest: +SKIP
@@ -90,7 +128,8 @@ def worker_spec(gpu: str | None = None, env: dict[str, str] | None = None) -> Wo
     """The spec a job needs now: this kernel's environment, its frameworks, plus overrides.
 
     Example:
-        >>> worker_spec(gpu="1", env={"TF_GPU_ALLOCATOR": "cuda_malloc_async"}).env  # doctest: +SKIP
+        >>> worker_spec(gpu="1", env={"TF_GPU_ALLOCATOR": "cuda_malloc_async"}).late_env()["CUDA_VISIBLE_DEVICES"]
+        '1'
     """
     environment = dict(os.environ)
     keras = sys.modules.get("keras")
@@ -104,62 +143,186 @@ def worker_spec(gpu: str | None = None, env: dict[str, str] | None = None) -> Wo
     return WorkerSpec(detect_preload(), tuple(sorted(stable.items())))
 
 
-class Worker:
-    """One worker process and the kernel's ends of its channels."""
+def _process_env(env: tuple[tuple[str, str], ...]) -> dict[str, str]:
+    """The environment a process of ours starts with: the spec's, plus what makes it ours."""
+    result = {k: v for k, v in os.environ.items() if k in _VOLATILE_ENV}
+    result.update(env)
+    # It imports kerasmagic from wherever this kernel does (an editable checkout too).
+    package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    result["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, result.get("PYTHONPATH", "")) if p)
+    result["PYTHONUNBUFFERED"] = "1"  # prints must stream, not wait for a full pipe buffer
+    result["MPLBACKEND"] = _MPL_BACKEND
+    return result
 
-    def __init__(self, spec: WorkerSpec, process, conn: Connection, watch_write_fd: int, log_path: str) -> None:
+
+def _safe_cwd() -> str:
+    """The kernel's working directory, or the temp folder when it was deleted under us."""
+    try:
+        return os.getcwd()
+    except OSError:
+        return tempfile.gettempdir()
+
+
+def _log_file(kind: str) -> str:
+    fd, path = tempfile.mkstemp(prefix=f"kerasmagic-{kind}-{os.getpid()}-", suffix=".log")
+    os.close(fd)
+    return path
+
+
+def _read_tail(path: str, lines: int = 15) -> str:
+    try:
+        with open(path, errors="replace") as handle:
+            return "".join(handle.readlines()[-lines:])
+    except OSError:
+        return ""
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def sweep_orphans() -> list[str]:
+    """Remove job folders and logs left by kernels that no longer exist (killed, OOM-killed).
+
+    Example:
+        >>> sweep_orphans()      # nothing of a dead kernel's is left lying around
+        []
+    """
+    removed = []
+    patterns = [os.path.join(tempfile.gettempdir(), "kerasmagic-*"), "/dev/shm/kerasmagic-*"]
+    for path in itertools.chain.from_iterable(glob.glob(p) for p in patterns):
+        match = _OWNED_NAME.match(os.path.basename(path))
+        if match is None or _pid_alive(int(match.group(1))):
+            continue
+        if os.path.isdir(path):
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            try:
+                os.unlink(path)
+            except OSError:
+                continue
+        removed.append(path)
+    return removed
+
+
+class TemplateFailed(Exception):
+    """The template died while importing; ``error`` is the Python exception, when it said one."""
+
+    def __init__(self, message: str, error: str | None = None, log: str = "") -> None:
+        super().__init__(message)
+        self.error = error
+        self.log = log
+
+
+class ForkRefused(Exception):
+    """The template would not fork (a fork-safety check failed); ``reason`` says which."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+# --- the processes a job runs in -------------------------------------------------------
+
+
+class JobProcess:
+    """The kernel's handle on the process running one job: its channel and output pipes."""
+
+    origin = "fresh"
+
+    def __init__(self, spec: WorkerSpec, pid: int, conn: Connection, stdout_fd: int, stderr_fd: int) -> None:
         self.spec = spec
-        self.process = process
+        self.pid = pid
         self.conn = conn
-        self.pid = process.pid
-        self.log_path = log_path
+        self.stdout_fd = stdout_fd
+        self.stderr_fd = stderr_fd
         self.started_at = time.monotonic()
         self.ready_info: dict[str, Any] | None = None
-        self._watch_write_fd: int | None = watch_write_fd
+        self._closed = False
+
+    def poll(self) -> int | None:
+        """The exit code (negative: the signal) once the process ended, else None."""
+        raise NotImplementedError
 
     @property
-    def ready(self) -> bool:
-        """True once the worker has imported everything (reads its message if it is there)."""
-        if self.ready_info is None and self.process.poll() is None:
-            try:
-                if self.conn.poll(0):
-                    self.ready_info = pickle.loads(self.conn.recv_bytes())
-            except (EOFError, OSError):
-                return False
-        return self.ready_info is not None
+    def returncode(self) -> int | None:
+        return self.poll()
 
     def alive(self) -> bool:
-        return self.process.poll() is None
+        return self.poll() is None
 
-    def warmup_log_tail(self, lines: int = 15) -> str:
-        try:
-            with open(self.log_path, errors="replace") as handle:
-                return "".join(handle.readlines()[-lines:])
-        except OSError:
-            return ""
+    def import_failure(self) -> str:
+        """What a process that died before it was ready printed (the import log's tail)."""
+        return ""
+
+    def kill(self) -> None:
+        """SIGKILL the job's whole process group (what it started too), wait, close. Idempotent."""
+        self.end_group()
+        deadline = time.monotonic() + 10
+        while self.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.005)
+        self.close()
+
+    def end_group(self) -> None:
+        """SIGKILL whatever is left in the job's process group (a subprocess the job started)."""
+        for kill in (os.killpg, os.kill):
+            try:
+                kill(self.pid, signal.SIGKILL)
+            except OSError:
+                pass  # gone already
 
     def rss_bytes(self) -> int | Unavailable:
         try:
             import psutil
 
             return psutil.Process(self.pid).memory_info().rss
-        except Exception as exc:  # noqa: BLE001 - a worker may exit between two lines
-            return Unavailable("error", f"reading worker RSS failed: {exc}")
-
-    def kill(self) -> None:
-        """SIGKILL and reap; safe to call twice. Idle workers hold nothing worth a clean exit."""
-        if self.process.poll() is None:
-            try:
-                self.process.kill()
-            except OSError:
-                pass
-        try:
-            self.process.wait(timeout=10)
-        except Exception:  # noqa: BLE001 - nothing more we can do for a process that will not die
-            pass
-        self.close()
+        except Exception as exc:  # noqa: BLE001 - a process may exit between two lines
+            return Unavailable("error", f"reading RSS of pid {self.pid} failed: {exc}")
 
     def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self.conn.close()
+        except OSError:
+            pass
+        for fd in (self.stdout_fd, self.stderr_fd):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
+class FreshWorker(JobProcess):
+    """A fresh interpreter (``python -m kerasmagic.isolation.worker``): pays the import itself."""
+
+    origin = "fresh"
+
+    def __init__(self, spec: WorkerSpec, process: subprocess.Popen, conn: Connection, watch_write_fd: int,
+                 log_path: str) -> None:
+        assert process.stdout is not None and process.stderr is not None
+        super().__init__(spec, process.pid, conn, process.stdout.fileno(), process.stderr.fileno())
+        self.process = process
+        self.log_path = log_path
+        self._watch_write_fd: int | None = watch_write_fd
+
+    def poll(self) -> int | None:
+        return self.process.poll()
+
+    def import_failure(self) -> str:
+        return _read_tail(self.log_path)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
         try:
             self.conn.close()
         except OSError:
@@ -169,30 +332,38 @@ class Worker:
             self._watch_write_fd = None
         for stream in (self.process.stdout, self.process.stderr):
             if stream is not None:
-                try:
-                    stream.close()
-                except OSError:
-                    pass
+                stream.close()
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            logger.warning("isolated worker %s did not exit after SIGKILL", self.pid)
         try:
             os.unlink(self.log_path)
         except OSError:
             pass
 
 
-def _spawn(spec: WorkerSpec) -> Worker:
-    import subprocess
+class ForkedWorker(JobProcess):
+    """A child of a template: its exit status comes from the template (its parent)."""
 
+    origin = "forked"
+
+    def __init__(self, spec: WorkerSpec, template: "Template", pid: int, conn: Connection, stdout_fd: int,
+                 stderr_fd: int) -> None:
+        super().__init__(spec, pid, conn, stdout_fd, stderr_fd)
+        self.template = template
+
+    def poll(self) -> int | None:
+        code = self.template.exit_code(self.pid)
+        if code is None and self.template.state == "dead" and not _pid_alive(self.pid):
+            return -signal.SIGKILL  # the template died first and took its children along
+        return code
+
+
+def _spawn_fresh(spec: WorkerSpec) -> FreshWorker:
     parent_sock, child_sock = socket.socketpair()
     watch_read, watch_write = os.pipe()
-    log_fd, log_path = tempfile.mkstemp(prefix="kerasmagic-worker-", suffix=".log")
-    os.close(log_fd)
-    env = {k: v for k, v in os.environ.items() if k in _VOLATILE_ENV}
-    env.update(spec.env)
-    # The worker imports kerasmagic from wherever this kernel does (an editable checkout too).
-    package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH", "")) if p)
-    env["PYTHONUNBUFFERED"] = "1"  # prints must stream, not wait for a full pipe buffer
-    env["MPLBACKEND"] = _MPL_BACKEND
+    log_path = _log_file("worker")
     try:
         process = subprocess.Popen(
             [sys.executable, "-m", "kerasmagic.isolation.worker",
@@ -200,22 +371,282 @@ def _spawn(spec: WorkerSpec) -> Worker:
              "--parent-pid", str(os.getpid()), "--preload", ",".join(spec.preload), "--warmup-log", log_path],
             pass_fds=(child_sock.fileno(), watch_read),
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            env=env, cwd=os.getcwd(),
-            # Its own session: a Ctrl-C in a terminal reaches the kernel, which decides.
+            env=_process_env(spec.env), cwd=_safe_cwd(),
+            # Its own session: a Ctrl-C in a terminal reaches the kernel, which decides, and
+            # the job's process group can be ended as one.
             start_new_session=True,
         )
     except BaseException:
         parent_sock.close()
         os.close(watch_write)
+        os.unlink(log_path)
         raise
     finally:
         child_sock.close()
         os.close(watch_read)
-    return Worker(spec, process, Connection(parent_sock.detach()), watch_write, log_path)
+    return FreshWorker(spec, process, Connection(parent_sock.detach()), watch_write, log_path)
+
+
+# --- the template, seen from the kernel ------------------------------------------------
+
+
+class Template:
+    """A template process for one import-time environment, and the thread reading its news."""
+
+    _job_ids = itertools.count(1)
+
+    def __init__(self, spec: WorkerSpec, on_end: Callable[["Template"], None]) -> None:
+        self.spec = spec
+        self.state = "starting"  # -> "ready" -> "retired" | "failed" | "dead"
+        self.ready: Future = Future()
+        self.ready_info: dict[str, Any] = {}
+        self.pid: int | None = None
+        self.process: subprocess.Popen | None = None
+        self.last_used = time.monotonic()
+        self.log_path = ""
+        self._on_end = on_end
+        self._lock = threading.Lock()
+        self._pending: dict[int, tuple[Future, socket.socket, int, int]] = {}
+        self._exits: dict[int, int] = {}
+        self._children: set[int] = set()
+        self._control: socket.socket | None = None
+        self._watch_write: int | None = None
+        self._close_lock = threading.Lock()
+
+    def start(self) -> None:
+        """Start the process (on the pool thread). Raises OSError when it cannot be started."""
+        control, child_control = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        watch_read, watch_write = os.pipe()
+        self.log_path = _log_file("template")
+        env = _process_env(self.spec.template_env())
+        # Keras' torch backend asks torch.cuda.is_available() at import, which initialises
+        # the CUDA driver, and no child of a process with a live driver can use CUDA. Asked
+        # through NVML instead, the answer is the same and the driver stays untouched.
+        env.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
+        try:
+            with open(self.log_path, "wb") as log:
+                self.process = subprocess.Popen(
+                    [sys.executable, "-m", "kerasmagic.isolation.template",
+                     "--control-fd", str(child_control.fileno()), "--watch-fd", str(watch_read),
+                     "--parent-pid", str(os.getpid()), "--preload", ",".join(self.spec.preload),
+                     "--log", self.log_path],
+                    pass_fds=(child_control.fileno(), watch_read),
+                    stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                    env=env, cwd=_safe_cwd(), start_new_session=True,
+                )
+        except BaseException:
+            control.close()
+            os.close(watch_write)
+            os.unlink(self.log_path)
+            raise
+        finally:
+            child_control.close()
+            os.close(watch_read)
+        self.pid = self.process.pid
+        self._control = control
+        self._watch_write = watch_write
+        threading.Thread(target=self._read, name=f"kerasmagic-isolation-template-{self.pid}", daemon=True).start()
+
+    def _read(self) -> None:
+        assert self._control is not None
+        while True:
+            try:
+                data = self._control.recv(MAX_CONTROL_BYTES)
+            except OSError:
+                data = b""
+            if not data:
+                break
+            try:
+                self._handle(pickle.loads(data))
+            except Exception:  # noqa: BLE001 - one bad message must not stop the reader
+                logger.exception("kerasmagic: bad message from isolation template %s", self.pid)
+        self._ended()
+
+    def _handle(self, message: dict[str, Any]) -> None:
+        kind = message.get("kind")
+        if kind == "ready":
+            self.ready_info = message
+            self.state = "ready"
+            self.ready.set_result(self)
+        elif kind == "failed":
+            self.state = "failed"
+            self.ready.set_exception(TemplateFailed(message["error"], message["error"], message.get("traceback", "")))
+        elif kind in ("forked", "refused"):
+            with self._lock:
+                future, parent_channel, out_read, err_read = self._pending.pop(message["job_id"])
+            if kind == "refused":
+                self.state = "retired" if self.state == "ready" else self.state
+                for fd in (out_read, err_read):
+                    os.close(fd)
+                parent_channel.close()
+                future.set_exception(ForkRefused(message["reason"]))
+                return
+            pid = message["pid"]
+            with self._lock:
+                self._children.add(pid)
+            worker = ForkedWorker(self.spec, self, pid, Connection(parent_channel.detach()), out_read, err_read)
+            if not future.set_running_or_notify_cancel():
+                worker.kill()  # nobody waits for it any more (timed out, interrupted)
+                return
+            future.set_result(worker)
+        elif kind == "exited":
+            with self._lock:
+                self._exits[message["pid"]] = message["returncode"]
+                self._children.discard(message["pid"])
+            self.last_used = time.monotonic()
+
+    def _ended(self) -> None:
+        """The template process is gone (or we closed it): fail whoever still waits."""
+        if self.state != "failed":
+            self.state = "dead"
+        if not self.ready.done():
+            code = self.process.wait() if self.process is not None else None
+            self.ready.set_exception(TemplateFailed(
+                f"the template process exited with code {code} while importing", None, _read_tail(self.log_path)))
+        with self._lock:
+            pending, self._pending = self._pending, {}
+        for future, channel, out_read, err_read in pending.values():
+            channel.close()
+            for fd in (out_read, err_read):
+                os.close(fd)
+            if future.set_running_or_notify_cancel():
+                future.set_exception(ForkRefused("the template process ended"))
+        self._on_end(self)
+
+    def fork(self, spec: WorkerSpec, directory: str) -> Future:
+        """Ask for a child for one job; the future gives a :class:`ForkedWorker` or ForkRefused."""
+        future: Future = Future()
+        parent_channel, child_channel = socket.socketpair()
+        out_read, out_write = os.pipe()
+        err_read, err_write = os.pipe()
+        job_id = next(self._job_ids)
+        request = {"kind": "fork", "job_id": job_id, "env": spec.late_env(), "directory": directory}
+        with self._lock:
+            self._pending[job_id] = (future, parent_channel, out_read, err_read)
+        self.last_used = time.monotonic()
+        try:
+            if self._control is None or self.state != "ready":
+                raise OSError("the template is not running")
+            socket.send_fds(self._control, [pickle.dumps(request, protocol=5)],
+                            [child_channel.fileno(), out_write, err_write])
+        except OSError as exc:
+            with self._lock:
+                entry = self._pending.pop(job_id, None)
+            if entry is not None:
+                parent_channel.close()
+                os.close(out_read)
+                os.close(err_read)
+                future.set_exception(ForkRefused(f"the template could not be reached ({exc})"))
+        finally:
+            child_channel.close()
+            os.close(out_write)
+            os.close(err_write)
+        return future
+
+    def exit_code(self, pid: int) -> int | None:
+        with self._lock:
+            return self._exits.get(pid)
+
+    def forget(self, pid: int) -> None:
+        with self._lock:
+            self._exits.pop(pid, None)
+
+    def busy(self) -> bool:
+        with self._lock:
+            return bool(self._children or self._pending)
+
+    def retire(self) -> None:
+        """Take no more jobs; the process exits once its running children have ended."""
+        if self.state in ("starting", "ready"):
+            self.state = "retired"
+        if self._control is not None:
+            try:
+                self._control.send(pickle.dumps({"kind": "retire"}))
+            except OSError:
+                pass
+
+    def kill(self) -> None:
+        """End the template and every child it still has, now. Safe to call twice."""
+        with self._lock:
+            children = list(self._children)
+        for pid in children:
+            for kill in (os.killpg, os.kill):
+                try:
+                    kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+        if self.process is not None and self.process.poll() is None:
+            try:
+                self.process.kill()
+            except OSError:
+                pass
+        self.close()
+
+    def close(self) -> None:
+        if self.process is not None:
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                logger.warning("isolation template %s did not exit after SIGKILL", self.pid)
+        with self._close_lock:
+            self._close_channels()
+
+    def _close_channels(self) -> None:
+        if self._control is not None:
+            try:
+                self._control.shutdown(socket.SHUT_RDWR)  # wakes the reader thread, which then ends
+            except OSError:
+                pass
+            self._control.close()
+        if self._watch_write is not None:
+            os.close(self._watch_write)
+            self._watch_write = None
+        if self.log_path:
+            try:
+                os.unlink(self.log_path)
+            except OSError:
+                pass
+
+    def rss_bytes(self) -> int | Unavailable:
+        try:
+            import psutil
+
+            return psutil.Process(self.pid).memory_info().rss
+        except Exception as exc:  # noqa: BLE001 - it may exit between two lines
+            return Unavailable("error", f"reading the template's RSS failed: {exc}")
+
+
+# --- the pool --------------------------------------------------------------------------
+
+
+@dataclass
+class Launch:
+    """A job's process on its way: ``future`` gives a :class:`JobProcess`.
+
+    ``state`` says how it came: ``"warm"`` (forked from a ready template), ``"starting"``
+    (forked once the template finished importing), ``"cold"`` (the template was started for
+    this job) or ``"fresh"`` (a fresh interpreter; ``note`` says why).
+    """
+
+    future: Future = field(default_factory=Future)
+    state: str = "warm"
+    note: str = ""
+    template_pid: int | None = None
+    template_threads: list[str] = field(default_factory=list)
+    template: Template | None = None
+
+    def log_tail(self) -> str:
+        """The template's import log so far (what a slow or failing start printed)."""
+        return _read_tail(self.template.log_path) if self.template is not None and self.template.log_path else ""
+
+    def cancel(self) -> None:
+        """Nobody wants the process any more: kill it now or when it arrives."""
+        if not self.future.cancel():
+            self.future.add_done_callback(lambda f: f.exception() is None and f.result().kill())
 
 
 class WorkerPool:
-    """Warm workers, at most ``size`` idle at a time, stopped after ``idle_timeout`` seconds idle.
+    """Templates per environment, the jobs' processes, and the limit on jobs at once.
 
     Example:
         >>> pool = WorkerPool(size=1)
@@ -224,199 +655,246 @@ class WorkerPool:
         >>> pool.shutdown()
     """
 
-    def __init__(self, size: int = DEFAULT_SIZE, idle_timeout: float = DEFAULT_IDLE_TIMEOUT_S) -> None:
-        self.size = size
+    def __init__(self, size: int | None = None, idle_timeout: float = DEFAULT_IDLE_TIMEOUT_S,
+                 fork: bool = True) -> None:
+        self.size = size if size is not None else default_size()
         self.idle_timeout = idle_timeout
+        self.fork = fork
         self._lock = threading.Lock()
-        self._idle: list[Worker] = []
-        self._busy: set[Worker] = set()
-        self._requests: queue.Queue = queue.Queue()
+        self._templates: list[Template] = []
+        self._ending: list[Template] = []  # retired, waiting for their children
+        self._running: set[JobProcess] = set()
+        self._tasks: queue.Queue = queue.Queue()
         self._thread: threading.Thread | None = None
-        self._last_activity = time.monotonic()
         self._closed = False
-        self._spawning = 0  # requested, not yet in _idle/_busy
+        sweep_orphans()
 
-    # --- the pool thread: every spawn happens here --------------------------------------
+    # --- the pool thread: every process is started here --------------------------------
 
-    def _ensure_thread(self) -> None:
-        if self._thread is None or not self._thread.is_alive():
-            self._thread = threading.Thread(target=self._serve, name="kerasmagic-isolation-pool", daemon=True)
-            self._thread.start()
+    def _on_pool_thread(self, task: Callable[[], None]) -> None:
+        with self._lock:
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._serve, name="kerasmagic-isolation-pool", daemon=True)
+                self._thread.start()
+            self._tasks.put(task)
 
     def _serve(self) -> None:
         while True:
             try:
-                request = self._requests.get(timeout=1.0)
+                task = self._tasks.get(timeout=1.0)
             except queue.Empty:
-                request = None
-            if request is None:
-                if self._stop_if_idle():
-                    return
-                continue
-            spec, future, into_idle = request
-            if future is None:  # the stop signal
+                task = None
+            if task is False:
                 return
-            if not future.set_running_or_notify_cancel():
-                with self._lock:
-                    self._spawning -= 1
-                continue
-            try:
-                worker = _spawn(spec)
-            except BaseException as exc:  # noqa: BLE001 - handed to the waiting caller
-                with self._lock:
-                    self._spawning -= 1
-                future.set_exception(exc)
-                continue
+            if task is not None:
+                task()
+            if self._retire_idle_templates():
+                return
+
+    def _retire_idle_templates(self) -> bool:
+        """Kill templates idle for ``idle_timeout``; True when nothing is left to serve."""
+        now = time.monotonic()
+        with self._lock:
+            idle = [t for t in self._templates if t.state == "ready" and not t.busy()
+                    and now - t.last_used >= self.idle_timeout]
+        for template in idle:
+            template.kill()  # killed first, then forgotten: pids() never lists a dead one as gone
             with self._lock:
-                self._spawning -= 1
-                if self._closed:
-                    worker.kill()
-                    future.set_exception(RuntimeError("the isolation pool was shut down"))
-                    continue
-                (self._idle.append(worker) if into_idle else self._busy.add(worker))
-            future.set_result(worker)
-
-    def _stop_if_idle(self) -> bool:
+                if template in self._templates:
+                    self._templates.remove(template)
         with self._lock:
-            for worker in [w for w in self._idle if not w.alive()]:
-                self._idle.remove(worker)
-                worker.close()
-            if any(not w.ready for w in self._idle):
-                # A worker still importing is not idle: the idle time counts from when it is ready.
-                self._last_activity = time.monotonic()
+            if self._templates or self._ending or self._running or not self._tasks.empty():
                 return False
-            if self._busy or time.monotonic() - self._last_activity < self.idle_timeout:
-                return False
-            if self._spawning:
-                return False
-            idle, self._idle = self._idle, []
             self._thread = None
-        for worker in idle:
-            worker.kill()
-        return True
+            return True
 
-    def _request(self, spec: WorkerSpec, into_idle: bool) -> Future:
-        future: Future = Future()
+    def _template_ended(self, template: Template) -> None:
         with self._lock:
-            if self._closed:
-                raise RuntimeError("the isolation pool was shut down")
-            self._ensure_thread()
-            self._spawning += 1
-            self._requests.put((spec, future, into_idle))
-        return future
+            for group in (self._templates, self._ending):
+                if template in group:
+                    group.remove(template)
+        if template.process is not None:
+            template.close()
 
     # --- what jobs use --------------------------------------------------------------------
 
-    def acquire(self, spec: WorkerSpec) -> tuple[Worker, str]:
-        """A worker for ``spec`` (taken out of the pool) and its state: ready, starting or cold."""
+    def _template_for(self, spec: WorkerSpec) -> tuple[Template, str]:
+        """The template for ``spec``, started if there is none: and how warm it is."""
         with self._lock:
-            self._last_activity = time.monotonic()
-            candidates = [w for w in self._idle if w.spec.can_run(spec) and w.alive()]
-            # Best first: has every module already, then has finished importing.
-            candidates.sort(key=lambda w: (not w.spec.covers(spec), not w.ready))
-            worker = candidates[0] if candidates else None
-            if worker is not None:
-                self._idle.remove(worker)
-                self._busy.add(worker)
-        if worker is not None:
-            return worker, ("ready" if worker.ready else "starting")
-        future = self._request(spec, into_idle=False)
-        try:
-            return future.result(), "cold"
-        except BaseException:
-            # Interrupted while the pool thread spawns: that worker must not be left behind.
-            future.add_done_callback(lambda f: f.exception() is None and self.release(f.result()))
-            raise
+            if self._closed:
+                raise RuntimeError("the isolation pool was shut down")
+            usable = [t for t in self._templates if t.spec.covers(spec) and t.state in ("starting", "ready")]
+            usable.sort(key=lambda t: t.state != "ready")
+            if usable:
+                template = usable[0]
+                return template, ("warm" if template.state == "ready" else "starting")
+            # The newest spec wins: a template for another environment, or one started before
+            # the kernel imported another framework, is retired once its jobs end.
+            stale = [t for t in self._templates if t.spec.can_run(spec) or not t.busy()]
+            for old in stale:
+                self._templates.remove(old)
+                self._ending.append(old)
+            template = Template(spec, self._template_ended)
+            self._templates.append(template)
+        for old in stale:
+            old.retire()
+            if old.state == "starting" or not old.busy():
+                old.kill()
 
-    def replenish(self, spec: WorkerSpec) -> None:
-        """Start workers for ``spec`` in the background until ``size`` are idle; drop stale specs."""
-        stale: list[Worker] = []
-        with self._lock:
-            if self._closed or self.size <= 0:
+        def start() -> None:
+            try:
+                template.start()
+            except BaseException as exc:  # noqa: BLE001 - handed to whoever waits for it
+                with self._lock:
+                    if template in self._templates:
+                        self._templates.remove(template)
+                template.state = "failed"
+                template.ready.set_exception(exc)
+            if self._closed:
+                template.kill()
+
+        self._on_pool_thread(start)
+        return template, "cold"
+
+    def launch(self, spec: WorkerSpec, directory: str) -> Launch:
+        """Start getting a process for one job (never blocks): see :class:`Launch`."""
+        launch = Launch()
+        if not self.fork:
+            launch.state, launch.note = "fresh", "forking is off (configure_pool(fork=True) turns it on)"
+            self._launch_fresh(spec, launch)
+            return launch
+        template, launch.state = self._template_for(spec)
+        launch.template_pid = template.pid
+        launch.template = template
+
+        def forked(future: Future) -> None:
+            error = future.exception()
+            if error is None:
+                self._adopt(future.result(), launch)
+            elif isinstance(error, ForkRefused):
+                launch.state, launch.note = "fresh", f"the template may not fork: {error.reason}"
+                logger.info("kerasmagic: isolation template %s retired: %s", template.pid, error.reason)
+                with self._lock:
+                    if template in self._templates:
+                        self._templates.remove(template)
+                        self._ending.append(template)
+                template.retire()
+                self._launch_fresh(spec, launch)
+            else:
+                launch.future.set_exception(error)
+
+        def ready(future: Future) -> None:
+            launch.template_pid = template.pid
+            error = future.exception()
+            if error is not None:
+                if launch.future.set_running_or_notify_cancel():
+                    launch.future.set_exception(error)
                 return
-            matching = [w for w in self._idle if w.spec.covers(spec)]
-            # Idle workers started for another environment (or before the kernel imported
-            # another framework) are not what the next job wants: the newest spec wins.
-            others = [w for w in self._idle if not w.spec.covers(spec)]
-            while others and len(matching) + len(others) >= self.size:
-                stale.append(others.pop(0))
-            for worker in stale:
-                self._idle.remove(worker)
-            missing = self.size - len(matching)
-        for worker in stale:
-            worker.kill()
-        for _ in range(max(missing, 0)):
-            self._request(spec, into_idle=True)
+            launch.template_threads = list(template.ready_info.get("threads", []))
+            if launch.future.cancelled():
+                return
+            template.fork(spec, directory).add_done_callback(forked)
 
-    def release(self, worker: Worker) -> None:
-        """A job is over: its worker must be gone (it exits by itself; we make sure)."""
+        template.ready.add_done_callback(ready)
+        return launch
+
+    def _launch_fresh(self, spec: WorkerSpec, launch: Launch) -> None:
+        def start() -> None:
+            try:
+                worker = _spawn_fresh(spec)
+            except BaseException as exc:  # noqa: BLE001 - handed to the waiting job
+                if launch.future.set_running_or_notify_cancel():
+                    launch.future.set_exception(exc)
+                return
+            self._adopt(worker, launch)
+
+        self._on_pool_thread(start)
+
+    def _adopt(self, worker: JobProcess, launch: Launch) -> None:
         with self._lock:
-            self._busy.discard(worker)
-            self._last_activity = time.monotonic()
+            closed = self._closed
+            if not closed:
+                self._running.add(worker)
+        if closed or launch.future.cancelled() or not launch.future.set_running_or_notify_cancel():
+            worker.kill()
+            return
+        launch.future.set_result(worker)
+
+    def release(self, worker: JobProcess) -> None:
+        """A job is over: its process group must be gone (it exits by itself; we make sure)."""
         worker.kill()
+        with self._lock:
+            self._running.discard(worker)
+        if isinstance(worker, ForkedWorker):
+            worker.template.forget(worker.pid)
+
+    def running(self) -> int:
+        """How many jobs have a process now."""
+        with self._lock:
+            return len(self._running)
 
     def prestart(self, spec: WorkerSpec | None = None) -> None:
-        """Start the pool's workers now (e.g. before a CV loop) instead of on the first job."""
-        self.replenish(spec or worker_spec())
+        """Start the template now (e.g. before a CV loop) instead of on the first job."""
+        if self.fork:
+            self._template_for(spec or worker_spec())
 
     def wait_until_warm(self, spec: WorkerSpec | None = None, timeout: float = 120.0) -> bool:
-        """Block until an idle worker for ``spec`` has finished importing; False on timeout."""
+        """Block until the template for ``spec`` has imported everything; False on timeout or failure."""
         spec = spec or worker_spec()
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            with self._lock:
-                idle = [w for w in self._idle if w.spec.covers(spec) and w.alive()]
-                pending = self._spawning > 0
-            if any(w.ready for w in idle):
-                return True
-            if not idle and not pending:
-                return False  # nothing is starting for this spec (stopped, or never asked)
-            time.sleep(0.05)
-        return False
+        with self._lock:
+            usable = [t for t in self._templates if t.spec.covers(spec) and t.state in ("starting", "ready")]
+        if not usable:
+            return False
+        try:
+            usable[0].ready.result(timeout=timeout)
+        except Exception:  # noqa: BLE001 - a timeout or a failed import both mean "not warm"
+            return False
+        return True
 
     def idle_cost(self) -> tuple[int, int | Unavailable]:
-        """How many workers wait, and their RSS together (what the pool costs the machine)."""
+        """How many templates wait, and their RSS together (what the pool costs the machine)."""
         with self._lock:
-            idle = [w for w in self._idle if w.alive()]
+            templates = [t for t in self._templates if t.state == "ready"]
         total = 0
-        for worker in idle:
-            rss = worker.rss_bytes()
+        for template in templates:
+            rss = template.rss_bytes()
             if isinstance(rss, Unavailable):
-                return len(idle), rss
+                return len(templates), rss
             total += rss
-        return len(idle), total
+        return len(templates), total
 
     def pids(self) -> list[int]:
-        """PIDs of every worker the pool knows, idle or busy."""
+        """PIDs of every process the pool knows: templates and the jobs' processes."""
         with self._lock:
-            return [w.pid for w in (*self._idle, *self._busy)]
+            templates = [t.pid for t in (*self._templates, *self._ending) if t.pid is not None]
+            return templates + [w.pid for w in self._running]
+
+    def template_pids(self) -> list[int]:
+        """PIDs of the templates that take jobs now."""
+        with self._lock:
+            return [t.pid for t in self._templates if t.pid is not None and t.state == "ready"]
 
     def shutdown(self) -> None:
-        """Kill every worker, idle and busy, and stop the pool thread. Safe to call twice."""
+        """Kill every template and job process and stop the pool thread. Safe to call twice."""
         with self._lock:
             self._closed = True
-            workers = [*self._idle, *self._busy]
-            self._idle, self._busy = [], set()
+            templates = [*self._templates, *self._ending]
+            running = list(self._running)
+            self._templates, self._ending, self._running = [], [], set()
             thread, self._thread = self._thread, None
-        for worker in workers:
+        for worker in running:
             worker.kill()
+        for template in templates:
+            template.kill()
         if thread is not None and thread.is_alive():
-            self._requests.put((None, None, False))
+            self._tasks.put(False)
             if thread is not threading.current_thread():
                 thread.join(timeout=10)
-        # A spawn that was in flight registered nothing (closed); drain leftovers.
-        while not self._requests.empty():
-            try:
-                _, future, _ = self._requests.get_nowait()
-            except queue.Empty:
-                break
-            if future is not None:
-                future.cancel()
 
 
 _default_pool: WorkerPool | None = None
 _default_lock = threading.Lock()
-_settings = {"size": DEFAULT_SIZE, "idle_timeout": DEFAULT_IDLE_TIMEOUT_S}
+_settings: dict[str, Any] = {"size": None, "idle_timeout": DEFAULT_IDLE_TIMEOUT_S, "fork": True}
 
 
 def default_pool() -> WorkerPool:
@@ -428,53 +906,56 @@ def default_pool() -> WorkerPool:
         return _default_pool
 
 
-def configure_pool(size: int | None = None, idle_timeout: float | None = None) -> None:
-    """Set the default pool's size (idle warm workers) and idle timeout in seconds.
+def configure_pool(size: int | None = None, idle_timeout: float | None = None, fork: bool | None = None) -> None:
+    """Set how many isolated jobs may run at once, the template's idle timeout, and forking.
 
-    ``size=0`` keeps no warm worker: every job pays the framework import, and no memory is
-    held between jobs.
+    ``size`` defaults to the number of CPU cores. ``fork=False`` runs every job in a fresh
+    interpreter (each pays the framework import): the escape hatch should a framework ever
+    misbehave in a forked child.
 
     Example:
         >>> configure_pool(size=2, idle_timeout=120)
     """
     from .errors import IsolationUsageError
 
-    if size is not None and (not isinstance(size, int) or size < 0):
-        raise IsolationUsageError(f"pool size must be an integer >= 0, got {size!r}")
-    if idle_timeout is not None and idle_timeout <= 0:
-        raise IsolationUsageError(f"idle_timeout must be a positive number of seconds, got {idle_timeout!r}")
+    if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < 1):
+        raise IsolationUsageError(f"size is how many isolated jobs may run at once: an integer >= 1, got {size!r}")
+    if idle_timeout is not None and (isinstance(idle_timeout, bool) or not isinstance(idle_timeout, (int, float))
+                                     or not math.isfinite(idle_timeout) or idle_timeout <= 0):
+        raise IsolationUsageError(
+            f"idle_timeout is a number of seconds > 0 (e.g. idle_timeout=600), got {idle_timeout!r}")
+    if fork is not None and not isinstance(fork, bool):
+        raise IsolationUsageError(f"fork takes True or False, got {fork!r}")
     with _default_lock:
         if size is not None:
             _settings["size"] = size
         if idle_timeout is not None:
             _settings["idle_timeout"] = float(idle_timeout)
+        if fork is not None:
+            _settings["fork"] = fork
         pool = _default_pool
-    if pool is not None:
-        pool.size = _settings["size"]
-        pool.idle_timeout = _settings["idle_timeout"]
-        with pool._lock:
-            extra = pool._idle[pool.size:]
-            del pool._idle[pool.size:]
-        for worker in extra:
-            worker.kill()
+        if pool is not None:
+            pool.size = _settings["size"] if _settings["size"] is not None else default_size()
+            pool.idle_timeout = _settings["idle_timeout"]
+            pool.fork = _settings["fork"]
 
 
 def prestart_pool(gpu: str | None = None, env: dict[str, str] | None = None) -> None:
-    """Start the default pool's workers now, so that the first isolated job finds one warm.
+    """Start the template now, so that the first isolated job is a fork of a warm one.
 
-    Call it after importing your frameworks and before the loop: the workers import them
+    Call it after importing your frameworks and before the loop: the template imports them
     while your other cells run.
 
     Example:
         >>> import keras                                        # doctest: +SKIP
         >>> prestart_pool()                                     # doctest: +SKIP
-        >>> scores = [run_isolated(fold, args=(k,)).value for k in range(5)]   # doctest: +SKIP
+        >>> scores = isolated_map(fold, range(5)).values        # doctest: +SKIP
     """
     default_pool().prestart(worker_spec(gpu=gpu, env=env))
 
 
 def shutdown_default_pool() -> None:
-    """Kill the default pool's workers (``%unload_ext kerasmagic`` and interpreter exit call this).
+    """Kill the default pool's processes (``%unload_ext kerasmagic`` and interpreter exit call this).
 
     Example:
         >>> shutdown_default_pool()     # the next isolated job starts a new pool

@@ -75,8 +75,15 @@ class IsolatedResult(Report):
         self.run_s = 0.0
         self.ship_in_s = 0.0
         self.ship_out_s = 0.0
-        self.warm = False
-        self.worker_state = "cold"  # "ready" (warm), "starting" (import under way) or "cold"
+        #: "warm" (forked from a ready template), "starting" (forked once the template had
+        #: imported), "cold" (the template was started for this job) or "fresh" (a fresh
+        #: interpreter; ``worker_note`` says why).
+        self.worker_state = "cold"
+        self.worker_note = ""
+        self.origin = ""  # "forked" or "fresh": the process the job ran in
+        self.template_pid: int | None = None
+        self.template_threads: list[str] = []
+        self.start_latency_s: float | None = None  # from asking for the process to the job's first line
         self.worker_pid: int | None = None
         self.worker_import_s: float | None = None
         self.frameworks: list[str] = []
@@ -85,6 +92,8 @@ class IsolatedResult(Report):
         self.child_rss_start_bytes: int | None = None
         self.child_rss_peak_bytes: int | None = None
         self.child_rss_peak_method = "sampled"
+        self.child_pss_bytes: int | None = None  # its share of pages it shares with the template
+        self.child_uss_bytes: int | None = None  # pages only it had
         self.child_tf_peak: dict[str, Any] = {}
         self.child_gpu_peak: dict[str, Any] = {}
         self.samples = 0
@@ -99,6 +108,11 @@ class IsolatedResult(Report):
         self.last_output = ""
         self.first_output_ts: float | None = None
         self.finished_ts: float | None = None
+
+    @property
+    def warm(self) -> bool:
+        """True when the job was forked from a template that had already imported everything."""
+        return self.worker_state == "warm"
 
     @property
     def kernel_rss_delta_bytes(self) -> int:
@@ -122,6 +136,10 @@ class IsolatedResult(Report):
             "ship_out_s": self.ship_out_s,
             "warm": self.warm,
             "worker_state": self.worker_state,
+            "worker_note": self.worker_note,
+            "origin": self.origin,
+            "template_pid": self.template_pid,
+            "start_latency_s": self.start_latency_s,
             "worker_pid": self.worker_pid,
             "worker_import_s": self.worker_import_s,
             "frameworks": list(self.frameworks),
@@ -130,6 +148,8 @@ class IsolatedResult(Report):
             "child_rss_start_bytes": self.child_rss_start_bytes,
             "child_rss_peak_bytes": self.child_rss_peak_bytes,
             "child_rss_peak_method": self.child_rss_peak_method,
+            "child_pss_bytes": self.child_pss_bytes,
+            "child_uss_bytes": self.child_uss_bytes,
             "child_tf_peak_bytes": dict(self.child_tf_peak),
             "child_gpu_process_peak_bytes": dict(self.child_gpu_peak),
             "samples": self.samples,
@@ -151,18 +171,22 @@ class IsolatedResult(Report):
             "timeout": " (timed out, worker killed)",
             "crash": " (the worker died)",
             "interrupted": " (interrupted, worker killed)",
+            "cancelled": " (cancelled: another job of the map failed)",
         }.get(self.status, f" ({self.status})")
         return f"kerasmagic: {self.label} ran in a fresh process in {self.wall_s:.2f} s{status}"
 
     def _sections(self) -> list[Section]:
         time_section = Section("Time")
         worker_note = {
-            "ready": "warm worker, frameworks already imported",
-            "starting": "worker was still importing when the job came",
-            "cold": "no worker was ready: this job paid the import",
-        }[self.worker_state]
+            "warm": "forked from a warm template, frameworks already imported",
+            "starting": "forked once the template had finished importing",
+            "cold": "the template was started for this job: it paid the import",
+            "fresh": f"fresh interpreter, it paid the import ({self.worker_note})",
+        }.get(self.worker_state, self.worker_state)
         time_section.add("waiting for a worker", f"{self.wait_s:.2f} s", worker_note)
-        time_section.add("running", f"{self.run_s:.2f} s", f"worker pid {self.worker_pid}")
+        latency = f"; first line {self.start_latency_s * 1000:.0f} ms after the fork was asked for" \
+            if self.start_latency_s is not None and self.worker_state == "warm" else ""
+        time_section.add("running", f"{self.run_s:.2f} s", f"worker pid {self.worker_pid}{latency}")
         if self.ship_in_s or self.ship_out_s:
             time_section.add("shipping", f"{self.ship_in_s + self.ship_out_s:.2f} s",
                              f"in {self.ship_in_s:.2f} s, out {self.ship_out_s:.2f} s")
@@ -172,6 +196,10 @@ class IsolatedResult(Report):
             method = "exact (VmHWM)" if self.child_rss_peak_method == "exact" else "sampled"
             start = f"; {format_bytes(self.child_rss_start_bytes)} after import" if self.child_rss_start_bytes else ""
             child.add("RSS peak", format_bytes(self.child_rss_peak_bytes), f"{method}{start}")
+        if self.child_pss_bytes is not None and self.origin == "forked":
+            uss = f", {format_bytes(self.child_uss_bytes)} its own (USS)" if self.child_uss_bytes is not None else ""
+            child.add("PSS at the end", format_bytes(self.child_pss_bytes),
+                      f"pages shared with the template counted once{uss}")
         for device, peak in sorted(self.child_tf_peak.items()):
             child.add(f"TF {device} peak", format_bytes(peak), "TF allocator, worker")
         for device, peak in sorted(self.child_gpu_peak.items()):
@@ -182,8 +210,8 @@ class IsolatedResult(Report):
         kernel = Section("Kernel")
         kernel.add("RSS change", format_bytes(self.kernel_rss_delta_bytes, signed=True),
                    f"{format_bytes(self.kernel_rss_before_bytes)} → {format_bytes(self.kernel_rss_after_bytes)}")
-        idle_note = f"{self.pool_idle_workers} idle worker(s) of {self.pool_size}"
-        kernel.add("pool cost", format_bytes(self.pool_idle_rss_bytes), f"{idle_note}, RSS of the waiting workers")
+        kernel.add("pool cost", format_bytes(self.pool_idle_rss_bytes),
+                   f"{self.pool_idle_workers} template(s) waiting to fork, RSS; up to {self.pool_size} jobs at once")
 
         shipped = Section("Shipped")
         for label, items in (("in", self.sent), ("out", self.returned)):

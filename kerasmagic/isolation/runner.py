@@ -1,9 +1,11 @@
-"""Running one job on a worker: send it, stream its output, watch its memory, bring values back.
+"""Running isolated jobs: get each a process, send it the job, stream its output, watch its
+memory, bring its values back; one job (``run_isolated``, a cell) or many (``isolated_map``).
 
-The kernel's main thread does all of it in one ``selectors`` loop over three file
-descriptors (the message channel, the worker's stdout pipe and its stderr pipe): output is
-written to ``sys.stdout``/``sys.stderr`` from the main thread, which is where ipykernel
-routes it into the running cell, and a Ctrl-C (``KeyboardInterrupt``) lands in that loop.
+The kernel's main thread does all of it in one ``selectors`` loop over every running job's
+file descriptors (its message channel, its stdout and stderr pipes): output is written to
+``sys.stdout``/``sys.stderr`` from the main thread, which is where ipykernel routes it into
+the running cell, and a Ctrl-C (``KeyboardInterrupt``) lands in that loop, which then kills
+every job's process group.
 """
 
 from __future__ import annotations
@@ -14,22 +16,30 @@ import pickle
 import selectors
 import shutil
 import signal
-import subprocess
 import sys
 import time
 import warnings
-from typing import Any
+from typing import Any, Callable
 
 from .. import events
 from ..probes.process import rss_bytes
-from .errors import IsolatedCellError, IsolatedCrash, IsolatedInterrupt, IsolatedTimeout, IsolationWarning
-from .pool import Worker, WorkerPool, WorkerSpec, default_pool
+from .errors import (IsolatedCellError, IsolatedCrash, IsolatedInterrupt, IsolatedShippingError, IsolatedTimeout,
+                     IsolationWarning)
+from .pool import JobProcess, Launch, TemplateFailed, WorkerPool, WorkerSpec, default_pool
 from .result import IsolatedResult
 from .shipping import FrameworkNotImported, decode, describe
 
 SAMPLE_INTERVAL_S = 0.25
 _TAIL_CHARS = 8192
 _EXIT_GRACE_S = 10.0
+_DRAIN_AFTER_EXIT_S = 1.0
+
+
+def _working_directory() -> str | None:
+    try:
+        return os.getcwd()
+    except OSError:
+        return None  # deleted under the kernel: the worker keeps its own, the report says so
 
 
 class Job:
@@ -37,7 +47,8 @@ class Job:
 
     def __init__(self, mode: str, directory: str, *, code: str = "", inputs: dict[str, Any] | None = None,
                  outputs: list[str] | None = None, required_outputs: list[str] | None = None,
-                 call: tuple | None = None, seed: int | None = None, display_last: bool = False) -> None:
+                 call: dict[str, Any] | None = None, seed: int | None = None, display_last: bool = False,
+                 owns_directory: bool = True) -> None:
         self.mode = mode
         self.directory = directory
         self.code = code
@@ -47,6 +58,7 @@ class Job:
         self.call = call
         self.seed = seed
         self.display_last = display_last
+        self.owns_directory = owns_directory
 
     def message(self) -> dict[str, Any]:
         return {
@@ -60,7 +72,7 @@ class Job:
             "seed": self.seed,
             "display_last": self.display_last,
             "directory": self.directory,
-            "cwd": os.getcwd(),
+            "cwd": _working_directory(),
             "sys_path": [p for p in sys.path if p],
             "sample_interval_s": SAMPLE_INTERVAL_S,
         }
@@ -69,74 +81,206 @@ class Job:
 class _Stream:
     """One of the worker's output pipes: chunks are decoded and written as they arrive."""
 
-    def __init__(self, fd: int, target_name: str) -> None:
+    def __init__(self, fd: int, target_name: str, prefix: str) -> None:
         self.fd = fd
         self.target_name = target_name
+        self.prefix = prefix
+        self.partial = ""
         self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        self.open = True
+
+    def lines_to_write(self, text: str, final: bool = False) -> str:
+        """With a prefix (jobs of a map run side by side), whole lines only, each prefixed."""
+        if not self.prefix:
+            return text
+        text = self.partial + text
+        lines = text.split("\n")
+        self.partial = "" if final else lines.pop()
+        return "".join(f"{self.prefix}{line}\n" for line in lines if line or not final)
 
 
-class _Session:
-    """The kernel's side of one running job."""
+class JobRun:
+    """One job on its way through the loop: queued → launching → starting → running → finishing → over."""
 
-    def __init__(self, worker: Worker, result: IsolatedResult, forward_output: bool) -> None:
-        self.worker = worker
+    def __init__(self, job: Job, spec: WorkerSpec, result: IsolatedResult, *, timeout: float | None = None,
+                 forward_output: bool = True, prefix: str = "") -> None:
+        self.job = job
+        self.spec = spec
         self.result = result
+        self.timeout = timeout
         self.forward_output = forward_output
+        self.prefix = prefix
+        self.phase = "queued"
+        self.launch: Launch | None = None
+        self.worker: JobProcess | None = None
+        self.error: BaseException | None = None
         self.tail = ""
         self.final: dict[str, Any] | None = None
+        self.channel_open = False
+        self.streams: dict[int, _Stream] = {}
+        self.started = 0.0
+        self.launched_ts = 0.0
+        self.run_started = 0.0
+        self.exited_at: float | None = None
+        self.finish_deadline = 0.0
+        self.deadline: float | None = None
+        result.frameworks = list(spec.preload)
+
+    # --- phases ---------------------------------------------------------------------------
+
+    def begin(self, pool: WorkerPool) -> None:
+        self.started = time.perf_counter()
+        self.launched_ts = time.time()
+        self.deadline = None if self.timeout is None else self.started + self.timeout
+        self.phase = "launching"
+        try:
+            self.launch = pool.launch(self.spec, self.job.directory)
+        except (OSError, RuntimeError) as exc:
+            self._cannot_start(exc)
+
+    def attach(self, selector: selectors.BaseSelector) -> None:
+        """The launch finished: register the process's descriptors, or record why it failed."""
+        assert self.launch is not None
+        launch = self.launch
+        self.result.worker_state = launch.state
+        self.result.worker_note = launch.note
+        self.result.template_pid = launch.template_pid
+        self.result.template_threads = launch.template_threads
+        error = launch.future.exception()
+        if isinstance(error, TemplateFailed):
+            self._import_failed(error.error, error.log)
+            return
+        if error is not None:
+            self._cannot_start(error)
+            return
+        worker = launch.future.result()
+        self.worker = worker
+        self.result.worker_pid = worker.pid
+        self.result.origin = worker.origin
+        selector.register(worker.conn.fileno(), selectors.EVENT_READ, (self, None))
         self.channel_open = True
-        self.selector = selectors.DefaultSelector()
-        self.selector.register(worker.conn.fileno(), selectors.EVENT_READ, "channel")
-        for stream, name in ((worker.process.stdout, "stdout"), (worker.process.stderr, "stderr")):
-            os.set_blocking(stream.fileno(), False)
-            self.selector.register(stream.fileno(), selectors.EVENT_READ, _Stream(stream.fileno(), name))
+        for fd, name in ((worker.stdout_fd, "stdout"), (worker.stderr_fd, "stderr")):
+            os.set_blocking(fd, False)
+            stream = _Stream(fd, name, self.prefix)
+            self.streams[fd] = stream
+            selector.register(fd, selectors.EVENT_READ, (self, stream))
+        self.phase = "starting"
 
-    def pump(self, timeout: float) -> None:
-        for key, _ in self.selector.select(timeout):
-            if key.data == "channel":
-                self._read_channel()
-            else:
-                self._read_stream(key.data)
+    def on_ready(self, message: dict[str, Any]) -> None:
+        assert self.worker is not None
+        self.worker.ready_info = message
+        result = self.result
+        result.worker_import_s = message.get("import_s")
+        result.child_rss_start_bytes = message.get("rss_bytes")
+        result.wait_s = time.perf_counter() - self.started
+        self.run_started = time.perf_counter()
+        self.phase = "running"
+        try:
+            self.worker.conn.send_bytes(pickle.dumps(self.job.message(), protocol=5))
+        except OSError as exc:  # BrokenPipeError, ConnectionResetError: it died after it was ready
+            self._died_before_the_job(exc)
 
-    def _read_stream(self, stream: _Stream) -> None:
+    def check(self, now: float, selector: selectors.BaseSelector) -> None:
+        """Advance what needs no I/O: launches that finished, deadlines, exits."""
+        if self.phase == "launching" and self.launch is not None and self.launch.future.done():
+            self.attach(selector)
+        if self.phase in ("launching", "starting", "running") and self.deadline is not None and now >= self.deadline:
+            self._timed_out(selector)
+            return
+        if self.phase == "starting" and self.worker is not None and not self.channel_open:
+            self._died_while_starting(selector)
+            return
+        if self.phase == "running" and (self.final is not None or not self.channel_open):
+            self.result.run_s = now - self.run_started
+            self.phase = "finishing"
+            self.finish_deadline = now + _EXIT_GRACE_S
+        if self.phase == "finishing":
+            assert self.worker is not None
+            if self.exited_at is None and self.worker.poll() is not None:
+                self.exited_at = now
+            if self.exited_at is None and now >= self.finish_deadline:
+                self.worker.end_group()
+                self.exited_at = now
+            # A grandchild the job started may hold the pipes open: drain briefly, never wait on it.
+            if self.exited_at is not None and (not self.streams or now - self.exited_at >= _DRAIN_AFTER_EXIT_S):
+                self._conclude(selector)
+
+    def wait_hint(self, now: float) -> float:
+        """How long the loop may sleep before this job needs a look without I/O."""
+        hint = 0.25
+        if self.phase == "launching":
+            hint = 0.005  # a fork answers in milliseconds; the future has no descriptor to select on
+        elif self.phase == "finishing":
+            hint = 0.01
+        if self.deadline is not None:
+            hint = min(hint, max(0.0, self.deadline - now))
+        return hint
+
+    # --- I/O --------------------------------------------------------------------------------
+
+    def read_stream(self, stream: _Stream, selector: selectors.BaseSelector) -> None:
         try:
             chunk = os.read(stream.fd, 65536)
         except BlockingIOError:
             return
+        except OSError:
+            chunk = b""
         if not chunk:
-            stream.open = False
-            self.selector.unregister(stream.fd)
+            selector.unregister(stream.fd)
+            del self.streams[stream.fd]
+            self._write(stream, stream.decoder.decode(b"", final=True), final=True)
             return
-        text = stream.decoder.decode(chunk)
-        if self.result.first_output_ts is None:
+        self._write(stream, stream.decoder.decode(chunk))
+
+    def _write(self, stream: _Stream, text: str, final: bool = False) -> None:
+        if text and self.result.first_output_ts is None:
             self.result.first_output_ts = time.time()
         self.tail = (self.tail + text)[-_TAIL_CHARS:]
-        if self.forward_output and text:
+        shown = stream.lines_to_write(text, final)
+        if self.forward_output and shown:
             target = getattr(sys, stream.target_name)
-            target.write(text)
+            target.write(shown)
             target.flush()
 
-    def _read_channel(self) -> None:
+    def read_channel(self, selector: selectors.BaseSelector) -> None:
+        assert self.worker is not None
         try:
             message = pickle.loads(self.worker.conn.recv_bytes())
         except (EOFError, OSError):
-            self.channel_open = False
-            self.selector.unregister(self.worker.conn.fileno())
+            self._close_channel(selector)
             return
+        if message.get("sender", self.worker.pid) != self.worker.pid:
+            return  # a process the job forked shares the channel: only the job's own messages count
         kind = message.get("kind")
-        if kind == "sample":
+        if kind == "ready" and self.phase == "starting":
+            self.on_ready(message)
+        elif kind == "failed":
+            self.final = message
+            self._close_channel(selector)
+        elif kind == "sample":
             self._record_sample(message)
             events.publish("isolated_sample", {k: v for k, v in message.items() if k != "kind"})
         elif kind == "display":
             _show(message["data"], message.get("metadata") or {}, self.forward_output)
         elif kind in ("done", "error"):
             self.final = message
-            self._record_sample(message["final_sample"])
-            if message["final_sample"].get("rss_peak_bytes"):
-                self.result.child_rss_peak_bytes = max(
-                    self.result.child_rss_peak_bytes or 0, message["final_sample"]["rss_peak_bytes"])
+            final_sample = message["final_sample"]
+            self._record_sample(final_sample)
+            if final_sample.get("rss_peak_bytes"):
+                self.result.child_rss_peak_bytes = max(self.result.child_rss_peak_bytes or 0,
+                                                       final_sample["rss_peak_bytes"])
                 self.result.child_rss_peak_method = "exact"
+            self.result.child_pss_bytes = final_sample.get("pss_bytes")
+            self.result.child_uss_bytes = final_sample.get("uss_bytes")
+            if message.get("first_line_ts"):
+                self.result.start_latency_s = max(0.0, message["first_line_ts"] - self.launched_ts)
+
+    def _close_channel(self, selector: selectors.BaseSelector) -> None:
+        if self.channel_open and self.worker is not None:
+            self.channel_open = False
+            try:
+                selector.unregister(self.worker.conn.fileno())
+            except (KeyError, ValueError):
+                pass
 
     def _record_sample(self, sample: dict[str, Any]) -> None:
         result = self.result
@@ -152,11 +296,259 @@ class _Session:
             if isinstance(used, int):
                 result.child_gpu_peak[device] = max(result.child_gpu_peak.get(device, 0), used)
 
-    def streams_open(self) -> bool:
-        return any(isinstance(key.data, _Stream) for key in self.selector.get_map().values())
+    # --- endings ----------------------------------------------------------------------------
 
-    def close(self) -> None:
-        self.selector.close()
+    def stop(self, selector: selectors.BaseSelector) -> None:
+        """Kill the job's process group now and drain what it printed (timeouts, Ctrl-C, errors)."""
+        if self.launch is not None and self.worker is None:
+            self.launch.cancel()
+        if self.worker is not None:
+            self.worker.end_group()
+            deadline = time.perf_counter() + _DRAIN_AFTER_EXIT_S
+            while self.streams and time.perf_counter() < deadline:
+                for key, _ in selector.select(0.05):
+                    run, stream = key.data
+                    if run is self and stream is not None:
+                        self.read_stream(stream, selector)
+        self._unregister(selector)
+
+    def _unregister(self, selector: selectors.BaseSelector) -> None:
+        self._close_channel(selector)
+        for fd in list(self.streams):
+            try:
+                selector.unregister(fd)
+            except (KeyError, ValueError):
+                pass
+        self.streams.clear()
+
+    def _fail(self, error: BaseException, status: str) -> None:
+        self.result.status = status
+        self.error = error
+        self.phase = "over"
+
+    def _cannot_start(self, exc: BaseException) -> None:
+        self._fail(IsolatedCrash(
+            f"could not start an isolated worker ({type(exc).__name__}: {exc}); nothing ran. Check that "
+            f"{sys.executable} still runs and that the machine has free memory and processes/open files "
+            "to spare (ulimit -u, ulimit -n), then run it again", self.result), "crash")
+
+    def _import_failed(self, error: str | None, log: str) -> None:
+        modules = ", ".join(self.spec.preload) or "Python"
+        overrides = sorted(k for k, v in self.spec.env if os.environ.get(k) != v and k != "KERAS_BACKEND"
+                           ) if error else []
+        cause = f"{error}" if error else f"it printed:\n{log}"
+        where = f" (its environment differs from the kernel's in {', '.join(overrides)})" if overrides else ""
+        self.result.last_output = log if not error else ""
+        self._fail(IsolatedCrash(
+            f"the isolated process could not import {modules}{where}: {cause}; nothing ran and the "
+            "namespace is unchanged. Fix the environment (--env / env=) or install what is missing", self.result,
+            last_output=log), "crash")
+
+    def _died_while_starting(self, selector: selectors.BaseSelector) -> None:
+        assert self.worker is not None
+        failed = self.final if self.final and self.final.get("kind") == "failed" else None
+        self.stop(selector)
+        code = self.worker.poll()
+        self.result.exit_code = code
+        if failed is not None:
+            self._import_failed(failed["error"], failed.get("traceback", ""))
+            return
+        log = self.worker.import_failure()
+        self._import_failed(None, log or f"nothing (exit code {code})")
+
+    def _died_before_the_job(self, exc: OSError) -> None:
+        assert self.worker is not None
+        self.worker.end_group()
+        code = _wait_for_exit(self.worker, 2.0)
+        self._record_exit(code)
+        self._fail(IsolatedCrash(
+            f"the isolated worker (pid {self.worker.pid}) {self._how_it_ended(code)} after it was ready, before it "
+            f"received the job ({type(exc).__name__}); nothing ran and the namespace is unchanged: run it again, a "
+            "fresh worker takes it (if this repeats, something on this machine kills idle processes, e.g. the "
+            "out-of-memory killer)", self.result, exit_code=code, signal_name=self.result.signal_name,
+            last_output=self.result.last_output), "crash")
+
+    def _timed_out(self, selector: selectors.BaseSelector) -> None:
+        phase = self.phase
+        self.stop(selector)
+        now = time.perf_counter()
+        if phase in ("launching", "starting"):
+            self.result.wait_s = now - self.started
+            what = "the template" if self.result.worker_state in ("cold", "starting") else "the worker"
+            log = self.worker.import_failure() if self.worker is not None else ""
+            log = log or (self.launch.log_tail() if self.launch is not None else "")
+            shown = f"; its output so far:\n{log}" if log.strip() else ""
+            message = (f"no isolated worker was ready within the timeout of {self.timeout:g} s ({what} was still "
+                       f"starting: importing {', '.join(self.spec.preload) or 'Python'}); nothing ran. Raise the "
+                       f"timeout, or look at what slows the start (a sitecustomize, PYTHONPATH){shown}")
+        else:
+            self.result.run_s = now - self.run_started
+            message = (f"the isolated job ran past its timeout of {self.timeout:g} s and its worker was killed "
+                       "(all of its memory is back); raise the timeout or make the job shorter")
+        self.result.last_output = _last_lines(self.tail)
+        self._fail(IsolatedTimeout(message, self.result), "timeout")
+
+    def interrupted(self, selector: selectors.BaseSelector) -> None:
+        if self.phase == "over":
+            return
+        self.stop(selector)
+        if self.run_started and not self.result.run_s:
+            self.result.run_s = time.perf_counter() - self.run_started
+        who = f"the isolated worker (pid {self.worker.pid})" if self.worker is not None else "the isolated worker"
+        self._fail(IsolatedInterrupt(f"interrupted; {who} was killed", self.result), "interrupted")
+
+    def _record_exit(self, code: int | None) -> None:
+        self.result.exit_code = code
+        if code is not None and code < 0:
+            self.result.signal_name = _signal_name(-code)
+        self.result.last_output = _last_lines(self.tail)
+
+    def _how_it_ended(self, code: int | None) -> str:
+        return f"was killed by {self.result.signal_name}" if self.result.signal_name else f"exited with code {code}"
+
+    def _conclude(self, selector: selectors.BaseSelector) -> None:
+        assert self.worker is not None
+        self._unregister(selector)
+        self._record_exit(self.worker.poll())
+        final, result = self.final, self.result
+        self.phase = "over"
+        if final is None or final.get("kind") == "failed":
+            code = result.exit_code
+            hint = " (SIGKILL is what the out-of-memory killer sends)" if result.signal_name == "SIGKILL" else ""
+            output = f"; its last output:\n{result.last_output}" if result.last_output else "; it printed nothing"
+            self._fail(IsolatedCrash(
+                f"the isolated worker (pid {self.worker.pid}) {self._how_it_ended(code)}{hint} before the job "
+                f"finished{output}", result, exit_code=code, signal_name=result.signal_name,
+                last_output=result.last_output), "crash")
+            return
+        result.run_s = final.get("run_s", result.run_s)
+        result.not_returned.update(final.get("not_returned") or {})
+        if final["kind"] == "error" and final.get("stage") == "inputs":
+            name = final.get("name") or "an input"
+            self._fail(IsolatedShippingError(
+                f"{name!r} reached the isolated process but could not be rebuilt there ({final['exc_type']}: "
+                f"{final['exc_message']}); the code did not run and the namespace is unchanged. A class that "
+                "exists only in this kernel (defined at run time, or a keras.Model subclass without "
+                "@keras.saving.register_keras_serializable) cannot be rebuilt in another process: define it in "
+                "a module on sys.path, or build the object inside the isolated code",
+                result, name=name, exc_type=final["exc_type"], exc_message=final["exc_message"]), "error")
+            result.error = f"{final['exc_type']}: {final['exc_message']}"
+            return
+        if final["kind"] == "error":
+            result.error = f"{final['exc_type']}: {final['exc_message']}"
+            self._fail(IsolatedCellError(
+                f"the isolated code raised {final['exc_type']}: {final['exc_message']}\n\n"
+                f"Traceback in the worker process:\n{final['traceback'].rstrip()}",
+                result, exc_type=final["exc_type"], exc_message=final["exc_message"],
+                child_traceback=final["traceback"]), "error")
+            return
+        _bring_back(final, result)
+
+
+def _wait_for_exit(worker: JobProcess, within: float) -> int | None:
+    deadline = time.perf_counter() + within
+    while worker.poll() is None and time.perf_counter() < deadline:
+        time.sleep(0.005)
+    return worker.poll()
+
+
+def drive(runs: list[JobRun], *, pool: WorkerPool | None = None, at_once: int = 1,
+          stop_on_error: bool = True, on_change: Callable[[JobRun], None] | None = None) -> None:
+    """Run ``runs``, at most ``at_once`` at a time, in this (the main) thread; fills each ``.result``.
+
+    With ``stop_on_error``, the first failure kills the jobs still running and ends the loop
+    (the rest stay ``queued``). A Ctrl-C kills every running job and re-raises as
+    :class:`IsolatedInterrupt`. Each run's job folder is removed when it ends.
+    """
+    __tracebackhide__ = True  # noqa: F841
+    pool = pool or default_pool()
+    queued = list(runs)
+    active: list[JobRun] = []
+    selector = selectors.DefaultSelector()
+    notify = on_change or (lambda run: None)
+    try:
+        while queued or active:
+            while queued and len(active) < at_once:
+                run = queued.pop(0)
+                run.begin(pool)
+                active.append(run)
+                notify(run)
+            now = time.perf_counter()
+            timeout = min([run.wait_hint(now) for run in active] + [0.25])
+            for key, _ in selector.select(timeout):
+                run, stream = key.data
+                if stream is None:
+                    run.read_channel(selector)
+                elif stream.fd in run.streams:
+                    run.read_stream(stream, selector)
+            now = time.perf_counter()
+            for run in list(active):
+                before = run.phase
+                run.check(now, selector)
+                if run.phase != before:
+                    notify(run)
+                if run.phase == "over":
+                    active.remove(run)
+                    _end(run, pool)
+            if stop_on_error and any(run.error is not None for run in runs):
+                for run in active:
+                    run.stop(selector)
+                    _end(run, pool)
+                    run.phase = "cancelled"
+                    run.result.status = "cancelled"
+                    notify(run)
+                active = []
+                break
+    except KeyboardInterrupt:
+        for run in active:
+            run.interrupted(selector)
+            _end(run, pool)
+            notify(run)
+        interrupted = [run for run in active if isinstance(run.error, IsolatedInterrupt)]
+        if interrupted:
+            raise interrupted[0].error from None
+        raise IsolatedInterrupt("interrupted before an isolated job started") from None
+    finally:
+        selector.close()
+        for run in queued:
+            if run.job.owns_directory:
+                shutil.rmtree(run.job.directory, ignore_errors=True)
+
+
+def _end(run: JobRun, pool: WorkerPool) -> None:
+    """Release the job's process (its whole group dies), remove its folder, publish the result."""
+    result = run.result
+    if run.worker is not None:
+        pool.release(run.worker)
+    elif run.launch is not None:
+        launch = run.launch
+        launch.cancel()
+        launch.future.add_done_callback(lambda f: f.cancelled() or f.exception() or pool.release(f.result()))
+    if run.job.owns_directory:
+        shutil.rmtree(run.job.directory, ignore_errors=True)
+    if not result.last_output:
+        result.last_output = _last_lines(run.tail)
+    result.wall_s = time.perf_counter() - run.started
+    result.pool_size = pool.size
+    result.pool_idle_workers, result.pool_idle_rss_bytes = pool.idle_cost()
+    result.kernel_rss_after_bytes = rss_bytes()
+    result.finished_ts = time.time()
+    events.publish("isolated_done", result.to_dict())
+
+
+def run_job(job: Job, spec: WorkerSpec, result: IsolatedResult, *, timeout: float | None = None,
+            forward_output: bool = True, pool: WorkerPool | None = None) -> IsolatedResult:
+    """Run one encoded job and fill ``result``; raises the isolation errors.
+
+    The job folder is removed at the end, whatever happens.
+    """
+    __tracebackhide__ = True  # noqa: F841
+    run = JobRun(job, spec, result, timeout=timeout, forward_output=forward_output)
+    drive([run], pool=pool)
+    if run.error is not None:
+        # Without its context: where it was found (our loop) is plumbing the user cannot act on.
+        raise run.error from None
+    return result
 
 
 def _show(data: dict[str, Any], metadata: dict[str, Any], forward: bool) -> None:
@@ -173,167 +565,6 @@ def _show(data: dict[str, Any], metadata: dict[str, Any], forward: bool) -> None
 
 def _last_lines(text: str, count: int = 12) -> str:
     return "\n".join(text.replace("\r", "\n").rstrip().splitlines()[-count:])
-
-
-def run_job(job: Job, spec: WorkerSpec, result: IsolatedResult, *, timeout: float | None = None,
-            forward_output: bool = True, pool: WorkerPool | None = None) -> IsolatedResult:
-    """Run an encoded job on a worker and fill ``result``; raises the isolation errors.
-
-    The job folder is removed at the end, whatever happens.
-    """
-    __tracebackhide__ = True  # noqa: F841
-    pool = pool or default_pool()
-    started = time.perf_counter()
-    result.frameworks = list(spec.preload)
-    worker: Worker | None = None
-    session: _Session | None = None
-    try:
-        try:
-            worker, state = pool.acquire(spec)
-        except (OSError, subprocess.SubprocessError) as exc:
-            result.status = "crash"
-            raise IsolatedCrash(
-                f"could not start an isolated worker ({type(exc).__name__}: {exc}); nothing ran. Check that "
-                f"{sys.executable} still runs and that the machine has free memory and processes/open files "
-                "to spare (ulimit -u, ulimit -n), then run it again", result) from None
-        result.worker_pid = worker.pid
-        result.worker_state = state
-        result.warm = state == "ready"
-        _wait_until_ready(worker, result)
-        result.wait_s = time.perf_counter() - started
-        pool.replenish(spec)  # the next job's worker imports while this one runs
-
-        run_started = time.perf_counter()
-        session = _Session(worker, result, forward_output)
-        try:
-            worker.conn.send_bytes(pickle.dumps(job.message(), protocol=5))
-        except OSError as exc:  # BrokenPipeError, ConnectionResetError: it died after it was ready
-            _died_before_the_job(worker, session, result, exc)
-        deadline = None if timeout is None else run_started + timeout
-        while session.channel_open and session.final is None:
-            if deadline is not None and time.perf_counter() >= deadline:
-                _stop(worker, session)
-                result.status = "timeout"
-                result.run_s = time.perf_counter() - run_started
-                raise IsolatedTimeout(
-                    f"the isolated job ran past its timeout of {timeout:g} s and its worker was killed "
-                    "(all of its memory is back); raise the timeout or make the job shorter",
-                    result)
-            wait = 0.25 if deadline is None else max(0.0, min(0.25, deadline - time.perf_counter()))
-            session.pump(wait)
-        result.run_s = time.perf_counter() - run_started
-        # Let the worker exit by itself and drain the last of its output.
-        _finish(worker, session)
-        result.last_output = _last_lines(session.tail)
-        code = worker.process.returncode
-        result.exit_code = code
-        if code is not None and code < 0:
-            result.signal_name = _signal_name(-code)
-        final = session.final
-        if final is None:
-            result.status = "crash"
-            how = f"was killed by {result.signal_name}" if result.signal_name else f"exited with code {code}"
-            hint = " (SIGKILL is what the out-of-memory killer sends)" if result.signal_name == "SIGKILL" else ""
-            output = f"; its last output:\n{result.last_output}" if result.last_output else "; it printed nothing"
-            raise IsolatedCrash(f"the isolated worker (pid {worker.pid}) {how}{hint} before the job finished{output}",
-                                result, exit_code=code, signal_name=result.signal_name, last_output=result.last_output)
-        result.run_s = final.get("run_s", result.run_s)
-        result.not_returned.update(final.get("not_returned") or {})
-        if final["kind"] == "error":
-            result.status = "error"
-            result.error = f"{final['exc_type']}: {final['exc_message']}"
-            raise IsolatedCellError(
-                f"the isolated code raised {final['exc_type']}: {final['exc_message']}\n\n"
-                f"Traceback in the worker process:\n{final['traceback'].rstrip()}",
-                result, exc_type=final["exc_type"], exc_message=final["exc_message"],
-                child_traceback=final["traceback"])
-        _bring_back(final, result)
-        return result
-    except KeyboardInterrupt:
-        if worker is not None:
-            _stop(worker, session)
-        result.status = "interrupted"
-        if session is not None and not result.run_s:
-            result.run_s = time.perf_counter() - run_started
-        # A fresh exception without context: where the signal landed (our selectors loop, a
-        # sleep) is plumbing; the user sees one line and the magic shows the partial report.
-        who = f"the isolated worker (pid {worker.pid})" if worker is not None else "the isolated worker"
-        raise IsolatedInterrupt(f"interrupted; {who} was killed", result) from None
-    except IsolatedCellError as exc:
-        exc.result = result
-        raise
-    finally:
-        if session is not None:
-            if not result.last_output:
-                result.last_output = _last_lines(session.tail)
-            session.close()
-        if worker is not None:
-            pool.release(worker)
-        shutil.rmtree(job.directory, ignore_errors=True)
-        result.wall_s = time.perf_counter() - started
-        result.pool_size = pool.size
-        result.pool_idle_workers, result.pool_idle_rss_bytes = pool.idle_cost()
-        result.kernel_rss_after_bytes = rss_bytes()
-        result.finished_ts = time.time()
-        events.publish("isolated_done", result.to_dict())
-
-
-def _wait_until_ready(worker: Worker, result: IsolatedResult) -> None:
-    while not worker.ready:
-        if not worker.alive():
-            result.status = "crash"
-            code = worker.process.returncode
-            result.exit_code = code
-            log = worker.warmup_log_tail()
-            raise IsolatedCrash(
-                f"the isolated worker died while importing {', '.join(worker.spec.preload) or 'Python'} "
-                f"(exit code {code}) before it could take the job; its output:\n{log}",
-                result, exit_code=code, last_output=log)
-        time.sleep(0.02)
-    result.worker_import_s = worker.ready_info.get("import_s")
-    result.child_rss_start_bytes = worker.ready_info.get("rss_bytes")
-
-
-def _died_before_the_job(worker: Worker, session: _Session, result: IsolatedResult, exc: OSError) -> None:
-    try:
-        code = worker.process.wait(timeout=2.0)
-    except subprocess.TimeoutExpired:  # alive, but its channel is broken: it cannot take the job
-        _stop(worker, session)
-        code = worker.process.returncode
-    else:
-        _stop(worker, session)  # drain what it printed
-    result.status = "crash"
-    result.exit_code = code
-    if code is not None and code < 0:
-        result.signal_name = _signal_name(-code)
-    result.last_output = _last_lines(session.tail)
-    how = f"was killed by {result.signal_name}" if result.signal_name else f"exited with code {code}"
-    raise IsolatedCrash(
-        f"the isolated worker (pid {worker.pid}) {how} after it was ready, before it received the job "
-        f"({type(exc).__name__}); nothing ran and the namespace is unchanged: run it again, a fresh "
-        "worker takes it (if this repeats, something on this machine kills idle processes, e.g. the "
-        "out-of-memory killer)", result, exit_code=code, signal_name=result.signal_name,
-        last_output=result.last_output) from None
-
-
-def _stop(worker: Worker, session: _Session | None) -> None:
-    worker.kill()
-    if session is not None:
-        deadline = time.perf_counter() + 1.0
-        while session.streams_open() and time.perf_counter() < deadline:
-            session.pump(0.05)
-
-
-def _finish(worker: Worker, session: _Session) -> None:
-    deadline = time.perf_counter() + _EXIT_GRACE_S
-    while worker.process.poll() is None and time.perf_counter() < deadline:
-        session.pump(0.05)
-    if worker.process.poll() is None:
-        worker.kill()
-    # A grandchild the job started may hold the pipes open: drain briefly, never wait on it.
-    deadline = time.perf_counter() + 1.0
-    while session.streams_open() and time.perf_counter() < deadline:
-        session.pump(0.05)
 
 
 def _signal_name(number: int) -> str:

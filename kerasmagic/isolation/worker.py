@@ -1,11 +1,16 @@
-"""The worker: a fresh interpreter that imports the frameworks, waits for one job, runs it, exits.
+"""The worker side of one isolated job: receive it, run it, send back what it made, exit.
 
-Started by the pool as ``python -m kerasmagic.isolation.worker --channel-fd N --watch-fd M
---parent-pid P --preload tensorflow,keras --warmup-log PATH`` (never forked from the
-kernel: a fork after TensorFlow's runtime started hangs).
+A job runs in one of two kinds of process, which then behave the same:
+- a child forked from the template (:mod:`kerasmagic.isolation.template`), the usual case:
+  :func:`serve_forked_job`;
+- a fresh interpreter, when no template may fork (its fork-safety check failed), started as
+  ``python -m kerasmagic.isolation.worker --channel-fd N --watch-fd M --parent-pid P
+  --preload tensorflow,keras --warmup-log PATH`` (never forked from the kernel: a fork
+  after TensorFlow's runtime started hangs).
 
-It dies with its parent three ways: ``prctl(PR_SET_PDEATHSIG, SIGKILL)`` (Linux), EOF on
-the watch pipe whose write end only the parent holds, and a change of ``os.getppid()``.
+Either dies with the kernel: ``prctl(PR_SET_PDEATHSIG, SIGKILL)`` (Linux), EOF on the watch
+pipe whose write end only the kernel holds, and a change of ``os.getppid()``. On the way out
+it removes the job's folder and ends its whole process group (what the job started too).
 """
 
 from __future__ import annotations
@@ -13,11 +18,11 @@ from __future__ import annotations
 import argparse
 import ast
 import builtins
-import ctypes
 import linecache
 import os
 import pickle
 import select
+import shutil
 import signal
 import sys
 import threading
@@ -26,35 +31,60 @@ import traceback
 from multiprocessing.connection import Connection
 from typing import Any
 
-#: Exit status of a worker that found its parent gone.
-PARENT_GONE_EXIT = 75
+from .template import PARENT_GONE_EXIT, set_parent_death_signal
+
 CELL_FILENAME = "<isolated cell>"
 
 _send_lock = threading.Lock()
+#: The running job's folder: removed by whoever sees the kernel gone (here, the watch thread).
+_job_directory: str | None = None
+
+
+def _kernel_gone() -> None:
+    if _job_directory:
+        shutil.rmtree(_job_directory, ignore_errors=True)
+    try:
+        os.killpg(os.getpgrp(), signal.SIGKILL)  # what the job started, and this process
+    except OSError:
+        pass
+    os._exit(PARENT_GONE_EXIT)
 
 
 def _die_with_parent(parent_pid: int, watch_fd: int) -> None:
-    if sys.platform.startswith("linux"):
-        try:
-            libc = ctypes.CDLL(None, use_errno=True)
-            libc.prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
-        except (OSError, AttributeError):
-            pass  # the watch pipe below still covers us
+    set_parent_death_signal()
     if os.getppid() != parent_pid:  # the parent died before prctl took effect
-        os._exit(PARENT_GONE_EXIT)
+        _kernel_gone()
 
     def watch() -> None:
         while True:
             readable, _, _ = select.select([watch_fd], [], [], 1.0)
             if readable and not os.read(watch_fd, 1):
-                os._exit(PARENT_GONE_EXIT)  # EOF: the only write end died with the parent
+                _kernel_gone()  # EOF: the only write end died with the kernel
             if os.getppid() != parent_pid:
-                os._exit(PARENT_GONE_EXIT)
+                _kernel_gone()
 
     threading.Thread(target=watch, name="kerasmagic-isolation-watch-parent", daemon=True).start()
 
 
+def safe_str(value: BaseException) -> str:
+    """``str(exc)``, or a stand-in when the exception's own ``__str__`` raises.
+
+    Example:
+        >>> class Broken(Exception):
+        ...     def __str__(self): raise RuntimeError("no")
+        >>> safe_str(Broken())
+        '<str() of Broken raised RuntimeError: no>'
+    """
+    try:
+        return str(value)
+    except Exception as exc:  # noqa: BLE001 - the user's __str__ may do anything
+        return f"<str() of {type(value).__name__} raised {type(exc).__name__}: {exc}>"
+
+
 def _send(conn: Connection, message: dict[str, Any]) -> None:
+    # The sender's pid: a process the job forked shares the channel, and its messages must
+    # not count as the job's (its "done" would otherwise win).
+    message["sender"] = os.getpid()
     data = pickle.dumps(message, protocol=5)
     with _send_lock:
         conn.send_bytes(data)
@@ -62,17 +92,14 @@ def _send(conn: Connection, message: dict[str, Any]) -> None:
 
 def _preload(modules: list[str], log_path: str) -> float:
     """Import the frameworks with fd 1/2 sent to a log: import chatter must not reach a cell."""
-    started = time.perf_counter()
+    from .template import preload
+
     saved = os.dup(1), os.dup(2)
     log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     os.dup2(log_fd, 1)
     os.dup2(log_fd, 2)
     try:
-        import IPython.core.display_functions  # noqa: F401 - display() is patched per job
-        import IPython.core.formatters  # noqa: F401
-
-        for name in modules:
-            __import__(name)
+        return preload(modules)
     finally:
         sys.stdout.flush()
         sys.stderr.flush()
@@ -80,7 +107,6 @@ def _preload(modules: list[str], log_path: str) -> float:
         os.dup2(saved[1], 2)
         for fd in (*saved, log_fd):
             os.close(fd)
-    return time.perf_counter() - started
 
 
 def _read_hwm_bytes() -> int | None:
@@ -92,6 +118,25 @@ def _read_hwm_bytes() -> int | None:
     except OSError:
         return None
     return None
+
+
+def _shared_memory_figures() -> dict[str, int]:
+    """PSS and USS: a forked child shares the template's pages, so RSS counts them again."""
+    figures: dict[str, int] = {}
+    try:
+        with open("/proc/self/smaps_rollup", "rb") as rollup:
+            for line in rollup:
+                key, _, rest = line.partition(b":")
+                if key in (b"Pss", b"Private_Clean", b"Private_Dirty"):
+                    figures[key.decode()] = int(rest.split()[0]) * 1024
+    except (OSError, ValueError, IndexError):
+        return {}
+    result = {}
+    if "Pss" in figures:
+        result["pss_bytes"] = figures["Pss"]
+    if "Private_Clean" in figures and "Private_Dirty" in figures:
+        result["uss_bytes"] = figures["Private_Clean"] + figures["Private_Dirty"]
+    return result
 
 
 def _memory_sample() -> dict[str, Any]:
@@ -176,74 +221,142 @@ def _format_user_traceback(exc: BaseException) -> str:
     while tb is not None and tb.tb_next is not None and \
             os.path.dirname(os.path.abspath(tb.tb_frame.f_code.co_filename)) == our_folder:
         tb = tb.tb_next
-    return "".join(traceback.format_exception(type(exc), exc, tb))
+    try:
+        return "".join(traceback.format_exception(type(exc), exc, tb))
+    except Exception:  # noqa: BLE001 - a broken __str__ breaks the formatter too
+        lines = traceback.format_tb(tb)
+        return "".join(["Traceback (most recent call last):\n", *lines, f"{type(exc).__name__}: {safe_str(exc)}\n"])
+
+
+def _failure(exc: BaseException, stage: str, name: str | None = None) -> dict[str, Any]:
+    """The error message: ``stage`` says whose fault it is (our shipping, or the user's code)."""
+    return {"kind": "error", "stage": stage, "name": name, "exc_type": type(exc).__name__,
+            "exc_message": safe_str(exc), "traceback": _format_user_traceback(exc)}
+
+
+def _enter_directory(cwd: str | None) -> None:
+    # A kernel whose working directory was deleted sends None: the worker keeps its own.
+    if cwd:
+        try:
+            os.chdir(cwd)
+        except OSError:
+            pass
+
+
+def _decode_inputs(job: dict[str, Any], namespace: dict[str, Any]) -> tuple[Any, list, dict] | dict[str, Any]:
+    """Rebuild the inputs (or the function and its arguments); a failure is ours to report."""
+    from .shipping import decode
+
+    name = None
+    try:
+        for name, spec in job["inputs"].items():
+            namespace[name] = decode(spec)
+        if job["mode"] != "function":
+            return None, [], {}
+        call = job["call"]
+        name = "the function"
+        function = decode(call["function"])
+        args = []
+        for index, spec in enumerate(call["args"]):
+            name = f"args[{index}]"
+            args.append(decode(spec))
+        kwargs = {}
+        for key, spec in call["kwargs"].items():
+            name = f"kwargs[{key!r}]"
+            kwargs[key] = decode(spec)
+        return function, args, kwargs
+    except BaseException as exc:  # noqa: BLE001 - reported as a shipping failure, not the user's code
+        return _failure(exc, "inputs", name)
+
+
+def _collect_outputs(job: dict[str, Any], namespace: dict[str, Any]) -> tuple[dict, Any, dict[str, str]]:
+    from .shipping import ShippingError, encode
+
+    outputs, value_spec, not_returned = {}, None, {}
+    if job["mode"] == "function":
+        try:
+            value_spec = encode("value", namespace["__value__"], job["directory"])
+        except ShippingError as exc:
+            not_returned["value"] = exc.reason
+        return outputs, value_spec, not_returned
+    for name in job["outputs"]:
+        if name not in namespace:
+            if name in job["required_outputs"]:
+                not_returned[name] = "the code did not assign it"
+            continue
+        try:
+            outputs[name] = encode(name, namespace[name], job["directory"])
+        except ShippingError as exc:
+            not_returned[name] = exc.reason
+    return outputs, value_spec, not_returned
 
 
 def _run_job(conn: Connection, job: dict[str, Any]) -> None:
     from . import child_display
-    from .shipping import ShippingError, decode, encode
 
-    try:
-        os.chdir(job["cwd"])
-    except OSError:
-        pass
+    _enter_directory(job["cwd"])
     for entry in reversed(job["sys_path"]):
         if entry not in sys.path:
             sys.path.insert(0, entry)
     sampler = _Sampler(conn, job["sample_interval_s"]).start()
     child_display.install(lambda message: _send(conn, message))
     namespace: dict[str, Any] = {"__name__": "__main__", "__builtins__": builtins}
-    value_spec = None
     failure = None
     started = time.perf_counter()
-    try:
-        if job["seed"] is not None:
-            _set_seed(job["seed"])
-        for name, spec in job["inputs"].items():
-            namespace[name] = decode(spec)
-        if job["mode"] == "code":
-            _run_code(job["code"], namespace, job["display_last"])
-        else:
-            call = job["call"]
-            function = decode(call["function"])
-            args = [decode(spec) for spec in call["args"]]
-            kwargs = {key: decode(spec) for key, spec in call["kwargs"].items()}
-            namespace["__value__"] = function(*args, **kwargs)
-        child_display.send_open_figures()
-    except BaseException as exc:  # noqa: BLE001 - the user's exception, whatever it is, goes to the kernel
-        failure = {
-            "kind": "error",
-            "exc_type": type(exc).__name__,
-            "exc_message": str(exc),
-            "traceback": _format_user_traceback(exc),
-        }
+    first_line_ts = time.time()
+    decoded = _decode_inputs(job, namespace)
+    if isinstance(decoded, dict):
+        failure = decoded
+    else:
+        function, args, kwargs = decoded
+        first_line_ts = time.time()
+        try:
+            if job["seed"] is not None:
+                _set_seed(job["seed"])
+            if job["mode"] == "code":
+                _run_code(job["code"], namespace, job["display_last"])
+            else:
+                namespace["__value__"] = function(*args, **kwargs)
+            child_display.send_open_figures()
+        except BaseException as exc:  # noqa: BLE001 - the user's exception, whatever it is, goes to the kernel
+            failure = _failure(exc, "code")
     run_s = time.perf_counter() - started
     sys.stdout.flush()
     sys.stderr.flush()
     sampler.stop()
-    outputs, not_returned = {}, {}
-    if failure is None:
-        if job["mode"] == "function":
-            try:
-                value_spec = encode("value", namespace["__value__"], job["directory"])
-            except ShippingError as exc:
-                not_returned["value"] = exc.reason
-        else:
-            wanted = job["outputs"]
-            for name in wanted:
-                if name not in namespace:
-                    if name in job["required_outputs"]:
-                        not_returned[name] = "the code did not assign it"
-                    continue
-                try:
-                    outputs[name] = encode(name, namespace[name], job["directory"])
-                except ShippingError as exc:
-                    not_returned[name] = exc.reason
+    outputs, value_spec, not_returned = ({}, None, {}) if failure else _collect_outputs(job, namespace)
     final = _memory_sample()
     final["rss_peak_bytes"] = _read_hwm_bytes()
+    final.update(_shared_memory_figures())
     message = failure or {"kind": "done", "outputs": outputs, "value": value_spec}
-    message.update({"not_returned": not_returned, "run_s": run_s, "final_sample": final})
+    message.update({"not_returned": not_returned, "run_s": run_s, "final_sample": final,
+                    "first_line_ts": first_line_ts})
     _send(conn, message)
+
+
+def _serve(conn: Connection, ready: dict[str, Any]) -> None:
+    """Say ready, take one job, run it, exit (the same for a forked child and a fresh worker)."""
+    global _job_directory
+    from kerasmagic.probes.process import rss_bytes
+
+    _send(conn, {"kind": "ready", "pid": os.getpid(), "rss_bytes": rss_bytes(), **ready})
+    try:
+        job = pickle.loads(conn.recv_bytes())
+    except (EOFError, OSError):
+        os._exit(0)  # the pool closed us while idle
+    if job.get("kind") == "job":
+        _job_directory = job["directory"]
+        _run_job(conn, job)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # os._exit: skip interpreter teardown (TF's can take seconds); the OS takes everything back.
+    os._exit(0)
+
+
+def serve_forked_job(channel_fd: int, watch_fd: int, template_pid: int) -> None:
+    """The body of a child forked from the template (called by it, right after the fork)."""
+    _die_with_parent(template_pid, watch_fd)
+    _serve(Connection(channel_fd), {"import_s": 0.0, "forked": True})
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -257,20 +370,13 @@ def main(argv: list[str] | None = None) -> None:
     _die_with_parent(args.parent_pid, args.watch_fd)
     conn = Connection(args.channel_fd)
     modules = [m for m in args.preload.split(",") if m]
-    import_s = _preload(modules, args.warmup_log)
-    from kerasmagic.probes.process import rss_bytes
-
-    _send(conn, {"kind": "ready", "pid": os.getpid(), "import_s": import_s, "rss_bytes": rss_bytes()})
     try:
-        job = pickle.loads(conn.recv_bytes())
-    except (EOFError, OSError):
-        os._exit(0)  # the pool closed us while idle
-    if job.get("kind") == "job":
-        _run_job(conn, job)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    # os._exit: skip interpreter teardown (TF's can take seconds); the OS takes everything back.
-    os._exit(0)
+        import_s = _preload(modules, args.warmup_log)
+    except BaseException as exc:  # noqa: BLE001 - the kernel shows the cause, not the log's chatter
+        _send(conn, {"kind": "failed", "error": f"{type(exc).__name__}: {safe_str(exc)}",
+                     "traceback": _format_user_traceback(exc)})
+        os._exit(1)
+    _serve(conn, {"import_s": import_s, "forked": False})
 
 
 if __name__ == "__main__":

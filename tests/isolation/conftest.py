@@ -14,8 +14,9 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 def worker_children() -> list:
     import psutil
 
+    # Forked job processes carry their template's command line.
     return [p for p in psutil.Process().children(recursive=True)
-            if "kerasmagic.isolation.worker" in " ".join(_cmdline(p))]
+            if any(f"kerasmagic.isolation.{kind}" in " ".join(_cmdline(p)) for kind in ("worker", "template"))]
 
 
 def _cmdline(process) -> list[str]:
@@ -31,12 +32,30 @@ def list_workers():
     return worker_children
 
 
+@pytest.fixture
+def sigint_raises():
+    """SIGINT raises KeyboardInterrupt during the test, as in a kernel running a cell.
+
+    A process started in the background by a non-interactive shell (CI's runner, `cmd &`)
+    inherits SIGINT *ignored*, and Python then installs no handler: a test that interrupts
+    itself would wait for nothing. ipykernel, likewise, ignores SIGINT between cells and
+    installs ``default_int_handler`` while one runs; this does what it does for a cell.
+    """
+    import signal
+
+    saved = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, saved)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def isolation_pool():
     """One pool for every test; at the end no worker may be left alive."""
     from kerasmagic.isolation import configure_pool, shutdown_default_pool
 
-    configure_pool(size=1, idle_timeout=300)
+    configure_pool(size=2, idle_timeout=300)
     yield
     shutdown_default_pool()
     left = worker_children()

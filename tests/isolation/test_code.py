@@ -87,7 +87,7 @@ def test_quiet_keeps_output_out_of_the_caller(recording_stdout):
 def test_env_reaches_the_worker_before_it_starts():
     result = run_isolated("import os\nvalue = os.environ.get('KERASMAGIC_TEST_FLAG')", env={"KERASMAGIC_TEST_FLAG": "on"})
     assert result.outputs["value"] == "on"
-    assert result.worker_state == "cold"  # a warm worker has another environment
+    assert result.worker_state == "cold", result.worker_note  # a template for another environment
     plain = run_isolated("import os\nvalue = os.environ.get('KERASMAGIC_TEST_FLAG')")
     assert plain.outputs["value"] is None
 
@@ -109,7 +109,7 @@ def test_unreturnable_output_warns_and_others_come_back():
 _NO_FRAMEWORK_KERNEL = """
 import json, sys, warnings
 from kerasmagic.isolation import configure_pool, run_isolated
-configure_pool(size=0)
+configure_pool(size=1)
 code = ("import keras, tensorflow as tf\\n"
         "model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])\\n"
         "tensor = tf.constant([1.0])\\n"

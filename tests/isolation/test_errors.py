@@ -54,7 +54,7 @@ def test_timeout_kills_the_worker_quickly():
     assert _gone(info.value.result.worker_pid)
 
 
-def test_interrupt_kills_the_worker_and_reraises():
+def test_interrupt_kills_the_worker_and_reraises(sigint_raises):
     from kerasmagic.isolation.pool import default_pool, worker_spec
 
     default_pool().prestart(worker_spec())
@@ -160,16 +160,25 @@ def test_importing_isolation_is_cheap():
 
 
 class _PoolWhoseWorkerDiesAfterReady(WorkerPool):
-    """A real pool whose worker is really SIGKILLed between being ready and taking the job
+    """A real pool whose job process is really SIGKILLed between being ready and taking the job
     (the window in which a machine's OOM killer or a stray `kill` can hit it)."""
 
-    def acquire(self, spec):
-        worker, state = super().acquire(spec)
-        while not worker.ready:
-            time.sleep(0.02)
-        worker.process.kill()
-        worker.process.wait(timeout=10)
-        return worker, state
+    def launch(self, spec, directory):
+        from kerasmagic.isolation.pool import Launch
+
+        inner = super().launch(spec, directory)
+        outer = Launch(state=inner.state)
+
+        def kill_once_ready():
+            worker = inner.future.result(timeout=120)
+            assert worker.conn.poll(120)  # its "ready" message is there, not yet read
+            os.kill(worker.pid, signal.SIGKILL)
+            while worker.poll() is None:
+                time.sleep(0.01)
+            outer.future.set_result(worker)
+
+        threading.Thread(target=kill_once_ready, name="test-killer").start()
+        return outer
 
 
 def _run_job_with(pool, code="x = 1"):
@@ -183,7 +192,7 @@ def _run_job_with(pool, code="x = 1"):
 
 
 def test_a_worker_dying_before_it_gets_the_job_is_a_crash_not_a_broken_pipe():
-    pool = _PoolWhoseWorkerDiesAfterReady(size=0)
+    pool = _PoolWhoseWorkerDiesAfterReady(size=1)
     try:
         with pytest.raises(IsolatedCrash) as info:
             _run_job_with(pool)
@@ -198,7 +207,7 @@ def test_a_worker_dying_before_it_gets_the_job_is_a_crash_not_a_broken_pipe():
 
 def test_a_worker_that_cannot_start_is_a_crash_not_an_os_error(monkeypatch):
     monkeypatch.setattr(sys, "executable", "/nonexistent/python3")  # a venv removed under a running kernel
-    pool = WorkerPool(size=0)
+    pool = WorkerPool(size=1)
     try:
         with pytest.raises(IsolatedCrash) as info:
             _run_job_with(pool)
@@ -210,7 +219,7 @@ def test_a_worker_that_cannot_start_is_a_crash_not_an_os_error(monkeypatch):
     assert info.value.result.status == "crash"
 
 
-def test_ctrl_c_in_the_magic_shows_only_a_clean_keyboard_interrupt(shell, list_workers):
+def test_ctrl_c_in_the_magic_shows_only_a_clean_keyboard_interrupt(shell, list_workers, sigint_raises):
     import contextlib
     import io
 
@@ -218,7 +227,6 @@ def test_ctrl_c_in_the_magic_shows_only_a_clean_keyboard_interrupt(shell, list_w
 
     default_pool().prestart(worker_spec())
     assert default_pool().wait_until_warm(timeout=120)
-    job_pid = default_pool().pids()[0]
     shell.user_ns["kept"] = 1
     before = {k: v for k, v in shell.user_ns.items() if not k.startswith("_") and k not in ("In", "Out")}
     output = io.StringIO()
@@ -233,7 +241,12 @@ def test_ctrl_c_in_the_magic_shows_only_a_clean_keyboard_interrupt(shell, list_w
             timer.cancel()
     text = output.getvalue()
     assert "started" in text and "KeyboardInterrupt" in text
-    assert f"KeyboardInterrupt: interrupted; the isolated worker (pid {job_pid}) was killed" in text
+    import re
+
+    match = re.search(r"KeyboardInterrupt: interrupted; the isolated worker \(pid (\d+)\) was killed", text)
+    assert match, text
+    job_pid = int(match.group(1))
+    assert job_pid not in default_pool().template_pids()  # the job's own process, not the template
     assert "kerasmagic/isolation" not in text and "selectors.py" not in text, text
     after = {k: v for k, v in shell.user_ns.items() if not k.startswith("_") and k not in ("In", "Out")}
     assert after == before

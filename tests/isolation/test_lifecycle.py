@@ -67,15 +67,18 @@ def test_idle_timeout_stops_the_pool():
         pool.shutdown()
 
 
-def test_size_zero_keeps_no_worker_between_jobs():
-    configure_pool(size=0)
+def test_fork_off_runs_every_job_in_a_fresh_interpreter():
+    configure_pool(fork=False)
     try:
         shutdown_default_pool()
-        result = run_isolated("x = 1")
-        assert result.worker_state == "cold" and result.pool_idle_workers == 0
-        assert default_pool().pids() == []
+        result = run_isolated("import os\npid = os.getpid()")
+        assert result.worker_state == "fresh" and result.origin == "fresh"
+        assert "forking is off" in result.worker_note and result.pool_idle_workers == 0
+        assert result.outputs["pid"] == result.worker_pid
+        assert default_pool().pids() == []  # no template, and the job's process is gone
     finally:
-        configure_pool(size=1)
+        configure_pool(fork=True)
+        shutdown_default_pool()
 
 
 def test_prestart_pool_makes_the_first_job_warm():
@@ -85,4 +88,5 @@ def test_prestart_pool_makes_the_first_job_warm():
     prestart_pool()
     assert default_pool().wait_until_warm(timeout=120)
     result = run_isolated("x = 1", quiet=True)
-    assert result.worker_state == "ready", result.worker_state
+    assert result.worker_state == "warm", result.worker_state
+    assert result.origin == "forked" and result.worker_pid not in default_pool().template_pids()

@@ -1,0 +1,352 @@
+"""The template: a fresh interpreter that imports the frameworks once, never runs an op, and
+forks one child per isolated job.
+
+Why a fork and not a worker per job: a job's worker had to pay the framework import
+(3-5 s for TensorFlow on two cores, 13-18 s for torch + JAX on a GPU machine), so a loop of
+short folds ran at a fifth of in-process speed. A fork of a process that has *imported*
+TensorFlow, Keras, torch or JAX but never started their runtimes is safe and costs
+milliseconds; a fork after a runtime started hangs or fails (TensorFlow's thread pools,
+"CUDA error: initialization error"). So the template runs no op, and before every fork it
+checks that this still holds (:func:`fork_safety_problem`); when a check fails it refuses,
+the kernel retires it and runs that job in a fresh interpreter instead, saying why.
+
+Started by the pool as ``python -m kerasmagic.isolation.template --control-fd N --watch-fd M
+--parent-pid P --preload tensorflow,keras --log PATH``. It is single-threaded on purpose
+(a thread of ours would be one more thing to prove idle at fork time): one ``select`` loop
+over the control socket (fork requests with the job's file descriptors, sent with
+``SCM_RIGHTS``), the kernel's watch pipe (EOF: the kernel is gone) and a SIGCHLD wake-up
+pipe (a child ended: its exit status goes to the kernel, which is not its parent).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import os
+import pickle
+import select
+import shutil
+import signal
+import socket
+import sys
+import time
+import traceback
+from typing import Any
+
+#: Exit status of a template (or forked child) that found the kernel gone.
+PARENT_GONE_EXIT = 75
+#: The largest control message (a fork request: the job's environment and folder).
+MAX_CONTROL_BYTES = 1 << 20
+#: Environment variables that no framework reads at import time, only when its runtime or
+#: device starts, i.e. in the child after the fork. A job that sets only these can be forked
+#: from the kernel's own template instead of needing a template of its own.
+LATE_ENV = frozenset({
+    "CUDA_VISIBLE_DEVICES", "TF_GPU_ALLOCATOR", "TF_FORCE_GPU_ALLOW_GROWTH",
+    "XLA_PYTHON_CLIENT_PREALLOCATE", "XLA_PYTHON_CLIENT_MEM_FRACTION", "XLA_PYTHON_CLIENT_ALLOCATOR",
+    "PYTORCH_CUDA_ALLOC_CONF",
+})
+#: Names the CUDA driver gives the threads it starts in ``cuInit`` (seen on NVIDIA's Linux
+#: driver); such a thread in the template means the driver was initialised there.
+CUDA_DRIVER_THREADS = ("cuda-EvtHandlr", "cuda0")
+
+
+def set_parent_death_signal() -> None:
+    """Ask Linux to SIGKILL this process when its parent thread ends (no-op elsewhere)."""
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            pass  # the watch pipe still covers us
+
+
+def thread_states() -> dict[int, tuple[str, str]]:
+    """This process's threads: ``{tid: (name, state)}`` from ``/proc/self/task`` (Linux).
+
+    Example:
+        >>> main = thread_states()[os.getpid()]
+        >>> main[1] in "RS"
+        True
+    """
+    states: dict[int, tuple[str, str]] = {}
+    try:
+        tids = os.listdir("/proc/self/task")
+    except OSError:
+        return states
+    for tid in tids:
+        try:
+            with open(f"/proc/self/task/{tid}/stat", "rb") as handle:
+                stat = handle.read().decode(errors="replace")
+        except OSError:
+            continue  # the thread ended while we looked
+        name = stat[stat.index("(") + 1:stat.rindex(")")]
+        state = stat[stat.rindex(")") + 2:].split(" ", 1)[0]
+        states[int(tid)] = (name, state)
+    return states
+
+
+def _cuda_driver_problem(states: dict[int, tuple[str, str]]) -> str | None:
+    try:
+        with open("/proc/self/maps") as maps:
+            libcuda = any("libcuda.so" in line for line in maps)
+    except OSError:
+        libcuda = False
+    if not libcuda:
+        return None  # the driver library was never even loaded
+    driver_threads = sorted({name for name, _ in states.values() if name.startswith(CUDA_DRIVER_THREADS)})
+    if driver_threads:
+        return f"the CUDA driver was initialised in the template (its thread {driver_threads[0]!r} runs)"
+    return None
+
+
+def framework_problems() -> list[str]:
+    """Why forking this process now would not be safe, per framework ([] when it is).
+
+    Each check reads state only; none starts a runtime.
+
+    Example:
+        >>> framework_problems()    # a process that imported no framework
+        []
+    """
+    problems = []
+    context = sys.modules.get("tensorflow.python.eager.context")
+    if context is not None:
+        ctx = context.context_safe()
+        if ctx is not None and getattr(ctx, "_initialized", False):
+            problems.append("TensorFlow's runtime has started in the template")
+    torch_cuda = sys.modules.get("torch.cuda")
+    if torch_cuda is not None and torch_cuda.is_initialized():
+        problems.append("torch initialised CUDA in the template")
+    bridge = sys.modules.get("jax._src.xla_bridge")
+    if bridge is not None:
+        started = getattr(bridge, "backends_are_initialized", None)
+        if (started() if callable(started) else bool(getattr(bridge, "_backends", None))):
+            problems.append("JAX started its backend in the template")
+    return problems
+
+
+class ForkSafety:
+    """The template's state right after its imports, and the check made before every fork."""
+
+    #: How long a thread may be seen running before the fork is refused: a framework's
+    #: idle pool thread wakes now and then, and OpenBLAS' threads spin for a while after
+    #: their last task before they sleep; one that keeps running is doing work.
+    BUSY_RETRIES = 100
+    BUSY_WAIT_S = 0.005
+
+    def __init__(self) -> None:
+        self.settle()
+        self.baseline = thread_states()
+
+    @staticmethod
+    def busy_threads() -> list[str]:
+        return sorted(name for tid, (name, state) in thread_states().items() if tid != os.getpid() and state != "S")
+
+    def settle(self, within: float = 3.0) -> None:
+        """Right after the imports, wait (a little) for the framework threads to go to sleep."""
+        deadline = time.monotonic() + within
+        while self.busy_threads() and time.monotonic() < deadline:
+            time.sleep(0.01)
+
+    def problem(self) -> str | None:
+        """None when a fork is safe now, else the reason in words."""
+        problems = framework_problems()
+        for attempt in range(self.BUSY_RETRIES):
+            states = thread_states()
+            new = sorted(name for tid, (name, _) in states.items() if tid not in self.baseline)
+            if new:
+                problems.append(f"a thread started after the imports ({new[0]!r})")
+                break
+            busy = sorted(name for tid, (name, state) in states.items() if tid != os.getpid() and state != "S")
+            if not busy:
+                break
+            if attempt == self.BUSY_RETRIES - 1:
+                problems.append(f"a framework thread kept running ({busy[0]!r})")
+            time.sleep(self.BUSY_WAIT_S)
+        driver = _cuda_driver_problem(thread_states())
+        if driver:
+            problems.append(driver)
+        return "; ".join(problems) or None
+
+
+def _send(control: socket.socket, message: dict[str, Any]) -> None:
+    try:
+        control.send(pickle.dumps(message, protocol=5))
+    except OSError:
+        pass  # the kernel went away; the loop notices and ends us
+
+
+def _close_fds(fds: list[int]) -> None:
+    for fd in fds:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+
+
+class Template:
+    """The template's loop; see the module docstring."""
+
+    def __init__(self, control: socket.socket, watch_fd: int, parent_pid: int, log_path: str,
+                 safety: ForkSafety) -> None:
+        self.control = control
+        self.watch_fd = watch_fd
+        self.parent_pid = parent_pid
+        self.log_path = log_path
+        self.safety = safety
+        self.children: dict[int, str] = {}  # pid -> the job's folder
+        self.retiring = False
+        self.wake_read, self.wake_write = os.pipe()
+        os.set_blocking(self.wake_read, False)
+        os.set_blocking(self.wake_write, False)
+        signal.signal(signal.SIGCHLD, lambda *_: None)
+        signal.set_wakeup_fd(self.wake_write)
+
+    def serve(self) -> None:
+        while True:
+            readable, _, _ = select.select([self.control, self.watch_fd, self.wake_read], [], [], 1.0)
+            if self.watch_fd in readable and not os.read(self.watch_fd, 1):
+                self.kernel_gone()
+            if os.getppid() != self.parent_pid:
+                self.kernel_gone()
+            if self.wake_read in readable:
+                try:
+                    while os.read(self.wake_read, 512):
+                        pass
+                except BlockingIOError:
+                    pass
+            self.reap()
+            if self.control in readable:
+                self.handle_control()
+            if self.retiring and not self.children:
+                self.exit(0)
+
+    def handle_control(self) -> None:
+        try:
+            data, fds, _, _ = socket.recv_fds(self.control, MAX_CONTROL_BYTES, 8)
+        except OSError:
+            data, fds = b"", []
+        if not data:
+            _close_fds(fds)
+            self.kernel_gone()  # the pool closed us: nothing may outlive it
+        message = pickle.loads(data)
+        kind = message.get("kind")
+        if kind == "fork":
+            self.fork(message, fds)
+        elif kind == "retire":
+            self.retiring = True
+            _close_fds(fds)
+        else:
+            _close_fds(fds)
+
+    def fork(self, request: dict[str, Any], fds: list[int]) -> None:
+        job_id = request["job_id"]
+        if self.retiring:
+            _close_fds(fds)
+            _send(self.control, {"kind": "refused", "job_id": job_id, "reason": "the template is retiring"})
+            return
+        problem = self.safety.problem()
+        if problem:
+            _close_fds(fds)
+            self.retiring = True
+            _send(self.control, {"kind": "refused", "job_id": job_id, "reason": problem})
+            return
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:
+            try:
+                self.become_job(request, fds)
+            finally:
+                os._exit(70)  # become_job never returns; this is for an exception in it
+        _close_fds(fds)
+        self.children[pid] = request["directory"]
+        _send(self.control, {"kind": "forked", "job_id": job_id, "pid": pid})
+
+    def become_job(self, request: dict[str, Any], fds: list[int]) -> None:
+        """In the child: a session of its own, the job's pipes and environment, then the job."""
+        os.setsid()  # its own process group: the kernel ends everything the job started at once
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        _close_fds([self.wake_read, self.wake_write])
+        self.control.close()
+        channel_fd, stdout_fd, stderr_fd = fds
+        os.dup2(stdout_fd, 1)
+        os.dup2(stderr_fd, 2)
+        _close_fds([stdout_fd, stderr_fd])
+        os.environ.update(request["env"])
+        set_parent_death_signal()  # a template that is killed takes its children along
+        from . import worker
+
+        worker.serve_forked_job(channel_fd, self.watch_fd, os.getppid())
+
+    def reap(self) -> None:
+        while self.children:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                self.children.clear()
+                return
+            if pid == 0:
+                return
+            self.children.pop(pid, None)
+            _send(self.control, {"kind": "exited", "pid": pid, "returncode": os.waitstatus_to_exitcode(status)})
+
+    def kernel_gone(self) -> None:
+        """The kernel died or closed us: end every job's process group, remove their files, exit."""
+        for pid, directory in list(self.children.items()):
+            for kill in (os.killpg, os.kill):
+                try:
+                    kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+            shutil.rmtree(directory, ignore_errors=True)
+        self.exit(PARENT_GONE_EXIT)
+
+    def exit(self, code: int) -> None:
+        try:
+            os.unlink(self.log_path)
+        except OSError:
+            pass
+        os._exit(code)
+
+
+def preload(modules: list[str]) -> float:
+    """Import the frameworks; their chatter goes to the log that fd 1 and 2 point at."""
+    started = time.perf_counter()
+    import IPython.core.display_functions  # noqa: F401 - display() is patched per job
+    import IPython.core.formatters  # noqa: F401
+
+    for name in modules:
+        __import__(name)
+    return time.perf_counter() - started
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m kerasmagic.isolation.template")
+    parser.add_argument("--control-fd", type=int, required=True)
+    parser.add_argument("--watch-fd", type=int, required=True)
+    parser.add_argument("--parent-pid", type=int, required=True)
+    parser.add_argument("--preload", default="")
+    parser.add_argument("--log", required=True)
+    args = parser.parse_args(argv)
+    set_parent_death_signal()
+    if os.getppid() != args.parent_pid:
+        os._exit(PARENT_GONE_EXIT)
+    control = socket.socket(fileno=args.control_fd)
+    modules = [m for m in args.preload.split(",") if m]
+    try:
+        import_s = preload(modules)
+    except BaseException as exc:  # noqa: BLE001 - the kernel shows the cause, not the log's chatter
+        _send(control, {"kind": "failed", "error": f"{type(exc).__name__}: {exc}",
+                        "traceback": "".join(traceback.format_exception(exc))})
+        os._exit(1)
+    from kerasmagic.probes.process import rss_bytes
+
+    safety = ForkSafety()
+    _send(control, {"kind": "ready", "pid": os.getpid(), "import_s": import_s, "rss_bytes": rss_bytes(),
+                    "threads": sorted(name for name, _ in safety.baseline.values())})
+    Template(control, args.watch_fd, args.parent_pid, args.log, safety).serve()
+
+
+if __name__ == "__main__":
+    main()
