@@ -29,6 +29,8 @@ _LAZY_EXPORTS = {
     "fresh_model": "kerasmagic.fresh",
     "FreshModelResult": "kerasmagic.fresh",
     "run_isolated": "kerasmagic.isolation",
+    "isolated_map": "kerasmagic.isolation",
+    "IsolatedMapResult": "kerasmagic.isolation",
     "IsolatedResult": "kerasmagic.isolation",
 }
 

@@ -1,9 +1,9 @@
 """Run code in a fresh process that gives every byte back: ``%%fresh_model --isolate``.
 
 Only the end of a process returns TensorFlow's GPU memory and its CPU pool. This package
-runs a cell (or a function) in a pre-started worker interpreter that already imported the
-kernel's frameworks, ships its inputs in and its results out, streams its output, and lets
-the process end. Importing it is cheap: no TensorFlow, no numpy.
+runs a cell (or a function, or a function over many items) in a child forked from a warm
+template process that already imported the kernel's frameworks, ships its inputs in and its
+results out, streams its output, and lets the process end. Importing it is cheap: no TensorFlow, no numpy.
 
 Example:
     >>> from kerasmagic.isolation import run_isolated, configure_pool
@@ -16,13 +16,17 @@ Example:
 from __future__ import annotations
 
 from .api import run_isolated
-from .errors import (IsolatedCellError, IsolatedCrash, IsolatedInterrupt, IsolatedTimeout, IsolationUsageError,
-                     IsolationWarning)
+from .errors import (IsolatedCellError, IsolatedCrash, IsolatedInterrupt, IsolatedShippingError, IsolatedTimeout,
+                     IsolationUsageError, IsolationWarning)
+from .mapping import IsolatedMapResult, isolated_map
 from .pool import configure_pool, prestart_pool, shutdown_default_pool
 from .result import IsolatedHistory, IsolatedResult
 
 __all__ = [
     "run_isolated",
+    "isolated_map",
+    "IsolatedMapResult",
+    "IsolatedShippingError",
     "IsolatedResult",
     "IsolatedHistory",
     "IsolationUsageError",

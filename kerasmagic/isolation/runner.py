@@ -485,11 +485,11 @@ def drive(runs: list[JobRun], *, pool: WorkerPool | None = None, at_once: int = 
             for run in list(active):
                 before = run.phase
                 run.check(now, selector)
-                if run.phase != before:
-                    notify(run)
                 if run.phase == "over":
                     active.remove(run)
                     _end(run, pool)
+                if run.phase != before:
+                    notify(run)
             if stop_on_error and any(run.error is not None for run in runs):
                 for run in active:
                     run.stop(selector)
@@ -510,7 +510,9 @@ def drive(runs: list[JobRun], *, pool: WorkerPool | None = None, at_once: int = 
         raise IsolatedInterrupt("interrupted before an isolated job started") from None
     finally:
         selector.close()
-        for run in queued:
+        for run in queued:  # never started: another job failed first, or Ctrl-C
+            run.phase = "cancelled"
+            run.result.status = "cancelled"
             if run.job.owns_directory:
                 shutil.rmtree(run.job.directory, ignore_errors=True)
 

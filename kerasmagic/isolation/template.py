@@ -45,9 +45,8 @@ LATE_ENV = frozenset({
     "XLA_PYTHON_CLIENT_PREALLOCATE", "XLA_PYTHON_CLIENT_MEM_FRACTION", "XLA_PYTHON_CLIENT_ALLOCATOR",
     "PYTORCH_CUDA_ALLOC_CONF",
 })
-#: Names the CUDA driver gives the threads it starts in ``cuInit`` (seen on NVIDIA's Linux
-#: driver); such a thread in the template means the driver was initialised there.
-CUDA_DRIVER_THREADS = ("cuda-EvtHandlr", "cuda0")
+#: What the CUDA driver API returns before ``cuInit`` (CUDA_ERROR_NOT_INITIALIZED).
+_CUDA_ERROR_NOT_INITIALIZED = 3
 
 
 def set_parent_death_signal() -> None:
@@ -84,18 +83,41 @@ def thread_states() -> dict[int, tuple[str, str]]:
     return states
 
 
-def _cuda_driver_problem(states: dict[int, tuple[str, str]]) -> str | None:
+def cuda_driver_state() -> str:
+    """``"not loaded"``, ``"not initialised"`` or ``"initialised (code N)"``, asking without initialising.
+
+    A child forked from a process whose CUDA driver was initialised cannot use CUDA
+    ("CUDA error: initialization error"). Importing torch maps libcuda and starts one of
+    its threads even when nothing initialises it (seen on an H100 with torch 2.11), so
+    neither the mapping nor the threads tell; ``cuCtxGetCurrent`` does: before ``cuInit``
+    it returns CUDA_ERROR_NOT_INITIALIZED, and it initialises nothing itself. The library
+    is only looked up if already loaded (``RTLD_NOLOAD``): the check never loads it.
+
+    Example:
+        >>> cuda_driver_state()     # a process that never touched CUDA
+        'not loaded'
+    """
     try:
         with open("/proc/self/maps") as maps:
-            libcuda = any("libcuda.so" in line for line in maps)
+            mapped = sorted({line.split()[-1] for line in maps if "libcuda.so" in line})
     except OSError:
-        libcuda = False
-    if not libcuda:
-        return None  # the driver library was never even loaded
-    driver_threads = sorted({name for name, _ in states.values() if name.startswith(CUDA_DRIVER_THREADS)})
-    if driver_threads:
-        return f"the CUDA driver was initialised in the template (its thread {driver_threads[0]!r} runs)"
-    return None
+        mapped = []
+    if not mapped:
+        return "not loaded"
+    try:
+        library = ctypes.CDLL(mapped[0], mode=os.RTLD_NOLOAD | os.RTLD_LAZY)
+        context = ctypes.c_void_p()
+        code = library.cuCtxGetCurrent(ctypes.byref(context))
+    except (OSError, AttributeError) as exc:
+        return f"initialised? (cannot ask: {exc})"
+    return "not initialised" if code == _CUDA_ERROR_NOT_INITIALIZED else f"initialised (code {code})"
+
+
+def _cuda_driver_problem() -> str | None:
+    state = cuda_driver_state()
+    if state in ("not loaded", "not initialised"):
+        return None
+    return f"the CUDA driver was {state} in the template"
 
 
 def framework_problems() -> list[str]:
@@ -162,7 +184,7 @@ class ForkSafety:
             if attempt == self.BUSY_RETRIES - 1:
                 problems.append(f"a framework thread kept running ({busy[0]!r})")
             time.sleep(self.BUSY_WAIT_S)
-        driver = _cuda_driver_problem(thread_states())
+        driver = _cuda_driver_problem()
         if driver:
             problems.append(driver)
         return "; ".join(problems) or None
