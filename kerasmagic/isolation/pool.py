@@ -639,10 +639,6 @@ class Launch:
         """The template's import log so far (what a slow or failing start printed)."""
         return _read_tail(self.template.log_path) if self.template is not None and self.template.log_path else ""
 
-    def cancel(self) -> None:
-        """Nobody wants the process any more: kill it now or when it arrives."""
-        if not self.future.cancel():
-            self.future.add_done_callback(lambda f: f.exception() is None and f.result().kill())
 
 
 class WorkerPool:
@@ -819,6 +815,22 @@ class WorkerPool:
             worker.kill()
             return
         launch.future.set_result(worker)
+
+    def abandon(self, launch: Launch) -> None:
+        """Nobody wants this launch's process any more (timeout, Ctrl-C, another job failed).
+
+        A process that arrives later is released at once; a template still importing is
+        stopped (a start that outlasted a job's timeout is hung or far too slow to wait for).
+        """
+        if not launch.future.cancel():
+            launch.future.add_done_callback(
+                lambda f: f.cancelled() or f.exception() is not None or self.release(f.result()))
+        template = launch.template
+        if template is not None and template.state == "starting":
+            with self._lock:
+                if template in self._templates:
+                    self._templates.remove(template)
+            template.kill()
 
     def release(self, worker: JobProcess) -> None:
         """A job is over: its process group must be gone (it exits by itself; we make sure)."""

@@ -300,8 +300,6 @@ class JobRun:
 
     def stop(self, selector: selectors.BaseSelector) -> None:
         """Kill the job's process group now and drain what it printed (timeouts, Ctrl-C, errors)."""
-        if self.launch is not None and self.worker is None:
-            self.launch.cancel()
         if self.worker is not None:
             self.worker.end_group()
             deadline = time.perf_counter() + _DRAIN_AFTER_EXIT_S
@@ -334,8 +332,7 @@ class JobRun:
 
     def _import_failed(self, error: str | None, log: str) -> None:
         modules = ", ".join(self.spec.preload) or "Python"
-        overrides = sorted(k for k, v in self.spec.env if os.environ.get(k) != v and k != "KERAS_BACKEND"
-                           ) if error else []
+        overrides = _env_overrides(self.spec) if error else []
         cause = f"{error}" if error else f"it printed:\n{log}"
         where = f" (its environment differs from the kernel's in {', '.join(overrides)})" if overrides else ""
         self.result.last_output = log if not error else ""
@@ -445,6 +442,16 @@ class JobRun:
         _bring_back(final, result)
 
 
+def _env_overrides(spec: WorkerSpec) -> list[str]:
+    """The variables in which a job's environment differs from the kernel's (its --env, --gpu)."""
+    from .pool import _keras_backend
+
+    keras = sys.modules.get("keras")
+    kernel_backend = _keras_backend(keras) if keras is not None else None
+    return sorted(key for key, value in spec.env if os.environ.get(key) != value
+                  and not (key == "KERAS_BACKEND" and value == kernel_backend))
+
+
 def _wait_for_exit(worker: JobProcess, within: float) -> int | None:
     deadline = time.perf_counter() + within
     while worker.poll() is None and time.perf_counter() < deadline:
@@ -523,9 +530,7 @@ def _end(run: JobRun, pool: WorkerPool) -> None:
     if run.worker is not None:
         pool.release(run.worker)
     elif run.launch is not None:
-        launch = run.launch
-        launch.cancel()
-        launch.future.add_done_callback(lambda f: f.cancelled() or f.exception() or pool.release(f.result()))
+        pool.abandon(run.launch)
     if run.job.owns_directory:
         shutil.rmtree(run.job.directory, ignore_errors=True)
     if not result.last_output:

@@ -93,7 +93,8 @@ def make_job_directory() -> str:
                 parent = "/dev/shm"
         except OSError:
             parent = None
-    return tempfile.mkdtemp(prefix="kerasmagic-isolated-", dir=parent)
+    # Named after this kernel: a later pool removes the folders of kernels that are gone.
+    return tempfile.mkdtemp(prefix=f"kerasmagic-isolated-{os.getpid()}-", dir=parent)
 
 
 def _keras_model_module(value: Any) -> str | None:

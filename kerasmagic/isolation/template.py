@@ -49,11 +49,15 @@ LATE_ENV = frozenset({
 _CUDA_ERROR_NOT_INITIALIZED = 3
 
 
-def set_parent_death_signal() -> None:
-    """Ask Linux to SIGKILL this process when its parent thread ends (no-op elsewhere)."""
+def set_parent_death_signal(signum: int = signal.SIGTERM) -> None:
+    """Ask Linux to send ``signum`` when this process's parent thread ends (no-op elsewhere).
+
+    SIGTERM, with a handler that cleans up, rather than SIGKILL: a process killed outright
+    leaves what it started (a job's subprocess, the job's folder) behind.
+    """
     if sys.platform.startswith("linux"):
         try:
-            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
+            ctypes.CDLL(None, use_errno=True).prctl(1, signum)  # 1 = PR_SET_PDEATHSIG
         except (OSError, AttributeError):
             pass  # the watch pipe still covers us
 
@@ -221,6 +225,7 @@ class Template:
         os.set_blocking(self.wake_read, False)
         os.set_blocking(self.wake_write, False)
         signal.signal(signal.SIGCHLD, lambda *_: None)
+        signal.signal(signal.SIGTERM, lambda *_: self.kernel_gone())  # the parent-death signal
         signal.set_wakeup_fd(self.wake_write)
 
     def serve(self) -> None:
@@ -289,6 +294,7 @@ class Template:
         os.setsid()  # its own process group: the kernel ends everything the job started at once
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the job's own _die_with_parent sets its handler
         _close_fds([self.wake_read, self.wake_write])
         self.control.close()
         channel_fd, stdout_fd, stderr_fd = fds
@@ -296,7 +302,6 @@ class Template:
         os.dup2(stderr_fd, 2)
         _close_fds([stdout_fd, stderr_fd])
         os.environ.update(request["env"])
-        set_parent_death_signal()  # a template that is killed takes its children along
         from . import worker
 
         worker.serve_forked_job(channel_fd, self.watch_fd, os.getppid())

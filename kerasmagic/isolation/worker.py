@@ -51,7 +51,8 @@ def _kernel_gone() -> None:
 
 
 def _die_with_parent(parent_pid: int, watch_fd: int) -> None:
-    set_parent_death_signal()
+    signal.signal(signal.SIGTERM, lambda *_: _kernel_gone())  # the parent-death signal, and a plain kill
+    set_parent_death_signal(signal.SIGTERM)
     if os.getppid() != parent_pid:  # the parent died before prctl took effect
         _kernel_gone()
 
