@@ -194,7 +194,8 @@ class IsolatedResult(Report):
         child = Section("Worker process (gone now: all of it was given back)")
         if self.child_rss_peak_bytes is not None:
             method = "exact (VmHWM)" if self.child_rss_peak_method == "exact" else "sampled"
-            start = f"; {format_bytes(self.child_rss_start_bytes)} after import" if self.child_rss_start_bytes else ""
+            when = "at the fork, shared with the template" if self.origin == "forked" else "after import"
+            start = f"; {format_bytes(self.child_rss_start_bytes)} {when}" if self.child_rss_start_bytes else ""
             child.add("RSS peak", format_bytes(self.child_rss_peak_bytes), f"{method}{start}")
         if self.child_pss_bytes is not None and self.origin == "forked":
             uss = f", {format_bytes(self.child_uss_bytes)} its own (USS)" if self.child_uss_bytes is not None else ""
