@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import events
-from .errors import KerasMagicUsageError
+from .errors import KerasMagicUsageError, check_seed
 from .holders import (
     OUTPUT_CACHE_ALIASES,
     PROTECTED_NAMES,
@@ -526,8 +526,7 @@ def clear_tf(
         shell = running_shell()
     if namespace is None:
         namespace = shell.user_ns if shell is not None else sys._getframe(1).f_globals
-    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**32):
-        raise KerasMagicUsageError(f"the seed must be an integer from 0 to 2**32 - 1, got {seed!r}; e.g. --seed 42")
+    check_seed(seed)
     names = _validate_names(names, namespace, in_ipython=shell is not None)
 
     report = CleanReport()

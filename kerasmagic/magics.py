@@ -17,7 +17,7 @@ from IPython.core.magic import Magics, line_cell_magic, line_magic, cell_magic, 
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 from IPython.display import display
 
-from .errors import KerasMagicUsageError
+from .errors import KerasMagicUsageError, check_seed, check_timeout
 
 __all__ = ['KerasMagics', 'current_cell_number']
 
@@ -309,8 +309,9 @@ class KerasMagics(Magics):
             ("--timeout", args.timeout), ("--gpu", args.gpu), ("--env", args.env)) if value]
         if isolation_only and not args.isolate:
             raise UsageError(f"{', '.join(isolation_only)} only work with --isolate; add --isolate to the line")
-        if args.timeout is not None and args.timeout <= 0:
-            raise UsageError(f"--timeout must be a positive number of seconds, got {args.timeout}")
+        with _usage_errors():
+            check_timeout(args.timeout)
+            check_seed(args.seed)
         if args.isolate:
             return self._fresh_model_isolated(args, cell)
         from .fresh import fresh_model

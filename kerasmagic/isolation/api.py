@@ -8,6 +8,7 @@ import shutil
 import time
 from typing import Any, Callable
 
+from ..errors import KerasMagicUsageError, check_seed, check_timeout
 from ..probes.process import rss_bytes
 from .cell_names import analyse
 from .errors import IsolationUsageError
@@ -21,10 +22,14 @@ __all__ = ['run_isolated']
 _SCRIPT_HINT = "create it inside the isolated code, or pass a picklable value instead"
 
 
-def check_options(timeout: float | None, env: dict[str, str] | None, outputs: list[str] | None) -> None:
+def check_options(timeout: float | None, env: dict[str, str] | None, outputs: list[str] | None,
+                  seed: int | None = None) -> None:
     """Reject bad options before anything runs, with what to do instead."""
-    if timeout is not None and (not isinstance(timeout, (int, float)) or timeout <= 0):
-        raise IsolationUsageError(f"timeout must be a positive number of seconds, got {timeout!r}")
+    try:
+        check_timeout(timeout)
+        check_seed(seed)
+    except KerasMagicUsageError as exc:
+        raise IsolationUsageError(str(exc)) from None
     for key, value in (env or {}).items():
         if not isinstance(key, str) or not key or "=" in key or not isinstance(value, str):
             raise IsolationUsageError(f"env takes string names and values, e.g. {{'TF_ENABLE_ONEDNN_OPTS': '0'}}; got {key!r}: {value!r}")
@@ -69,6 +74,18 @@ def check_inputs(inputs: dict[str, Any] | None) -> None:
             raise IsolationUsageError(
                 f"inputs are variables of the isolated code, so their names must be Python identifiers; "
                 f"{name!r} is not one (e.g. {{'data': value}})")
+
+
+def compile_in_kernel(code: str, filename: str, what: str) -> None:
+    """Compile the code here first: what cannot run (``return``/``yield``/``await`` at the top)
+    is refused before a process is used, with the in-process wording, not a worker's traceback."""
+    try:
+        compile(code, filename, "exec")
+    except SyntaxError as exc:
+        hint = " (top-level await: put the code in an async function and asyncio.run() it)" if (
+            "await" in (exc.msg or "")) else ""
+        raise IsolationUsageError(f"{what} cannot run in an isolated process: {exc.msg} (line {exc.lineno}){hint}; "
+                                  "nothing was run") from None
 
 
 def encode_named(name: str, value: Any, directory: str, result: IsolatedResult, hint: str) -> dict[str, Any]:
@@ -116,9 +133,15 @@ def run_isolated(code_or_function: str | Callable[..., Any], *, inputs: dict[str
         {'y': 42}
     """
     __tracebackhide__ = True  # noqa: F841
-    check_options(timeout, env, outputs)
+    check_options(timeout, env, outputs, seed)
     check_inputs(inputs)
     gpu = check_gpu(gpu)
+    if isinstance(code_or_function, str):
+        try:
+            analyse(code_or_function)
+        except SyntaxError as exc:
+            raise IsolationUsageError(f"the isolated code does not parse: {exc}") from None
+        compile_in_kernel(code_or_function, "<isolated code>", "the code")
     result = IsolatedResult("isolated function" if callable(code_or_function) else "isolated code")
     result.kernel_rss_before_bytes = rss_bytes()
     directory = make_job_directory()

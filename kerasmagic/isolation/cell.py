@@ -14,7 +14,7 @@ import shutil
 import time
 
 from ..probes.process import rss_bytes
-from .api import check_gpu, check_options, encode_named
+from .api import check_gpu, check_options, compile_in_kernel, encode_named
 from .cell_names import analyse, uses_get_ipython
 from .errors import IsolationUsageError
 from .pool import worker_spec
@@ -76,7 +76,7 @@ def run_cell_isolated(shell, cell: str, *, inputs: list[str] | None, outputs: li
         ...                            gpu=None, env={}, seed=0, quiet=False)   # doctest: +SKIP
     """
     __tracebackhide__ = True  # noqa: F841
-    check_options(timeout, env, outputs)
+    check_options(timeout, env, outputs, seed)
     for name in inputs or []:
         if not name.isidentifier():
             raise IsolationUsageError(f"--in takes variable names; {name!r} is not one")
@@ -94,6 +94,7 @@ def run_cell_isolated(shell, cell: str, *, inputs: list[str] | None, outputs: li
         raise IsolationUsageError(
             "an isolated cell runs in a plain Python worker, without IPython: magics (%...), "
             "shell commands (!...) and get_ipython() cannot run there; move them to a cell of their own")
+    compile_in_kernel(code, "<isolated cell>", "the cell")
     names = analyse(tree)
     send = cell_inputs(shell, names.reads, list(inputs or []))
     if no_return:

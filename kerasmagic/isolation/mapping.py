@@ -256,7 +256,7 @@ def isolated_map(fn: Callable[[Any], Any], items: Iterable[Any], *, workers: int
     """
     __tracebackhide__ = True  # noqa: F841
     _check_map_options(fn, workers, on_error)
-    check_options(timeout, env, None)
+    check_options(timeout, env, None, seed)
     items = list(items)
     gpus = _gpu_plan(gpu, len(items))
     pool = default_pool()

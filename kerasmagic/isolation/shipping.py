@@ -186,9 +186,11 @@ def encode(name: str, value: Any, directory: str) -> dict[str, Any]:
         ShippingError: the value cannot travel; ``reason`` says why.
 
     Example:
-        >>> spec = encode("x", [1, 2, 3], make_job_directory())
+        >>> folder = make_job_directory()
+        >>> spec = encode("x", [1, 2, 3], folder)
         >>> spec["kind"], decode(spec)
         ('pickle', [1, 2, 3])
+        >>> shutil.rmtree(folder)         # the runner removes a job's folder when the job ends
     """
     if isinstance(value, types.ModuleType):
         return {"kind": "module", "name": value.__name__, "size_bytes": 0}

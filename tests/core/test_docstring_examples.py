@@ -18,6 +18,7 @@ MODULES = [
     "kerasmagic.live.channel", "kerasmagic.live.sampler", "kerasmagic.live.widget",
     "kerasmagic.isolation", "kerasmagic.isolation.api", "kerasmagic.isolation.cell_names",
     "kerasmagic.isolation.pool", "kerasmagic.isolation.result", "kerasmagic.isolation.shipping",
+    "kerasmagic.isolation.template", "kerasmagic.isolation.mapping", "kerasmagic.isolation.worker",
 ]
 
 

@@ -179,7 +179,7 @@ def test_never_deletes_a_variable_it_was_not_given(keras_shell):
         ("%%fresh_model --timeout 5\n1", "only work with --isolate"),
         ("%%fresh_model --isolate --env NOEQUALS\n1", "--env takes KEY=VALUE"),
         ("%%fresh_model --isolate model\n1", "nothing to delete"),
-        ("%%fresh_model --isolate --timeout -1\n1", "positive number"),
+        ("%%fresh_model --isolate --timeout -1\n1", "finite number of seconds > 0"),
         ("%%fresh_model -o\n1", "expected one argument"),
         ("%%fresh_model not_defined\n1", "no variable named 'not_defined'"),
         ("%%tf_mem\nx = (1,\nprint(x)", "does not parse"),

@@ -115,7 +115,7 @@ def test_errors_leave_the_namespace_untouched(isolated_shell):
 
 
 @pytest.mark.parametrize("kwargs, match", [
-    ({"timeout": 0}, "positive number"),
+    ({"timeout": 0}, "finite number of seconds > 0"),
     ({"outputs": ["not a name"]}, "not one"),
     ({"env": {"A": 1}}, "string names and values"),
     ({"inputs": {"1bad": 2}}, "'1bad' is not one"),

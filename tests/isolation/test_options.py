@@ -1,0 +1,82 @@
+"""Options and code that cannot work are refused in the kernel, before a process is used."""
+
+from __future__ import annotations
+
+import glob
+import os
+import subprocess
+import sys
+
+import pytest
+
+from kerasmagic.isolation import IsolationUsageError, isolated_map, run_isolated
+from kerasmagic.isolation.cell import run_cell_isolated
+from kerasmagic.isolation.pool import default_pool
+
+pytestmark = pytest.mark.isolation
+
+
+@pytest.fixture
+def no_job_may_start(monkeypatch):
+    """Fail the test if anything asks the pool for a process."""
+    def refuse(*args, **kwargs):
+        raise AssertionError("a process was asked for")
+
+    monkeypatch.setattr(type(default_pool()), "launch", refuse)
+
+
+@pytest.mark.parametrize("timeout", [float("nan"), float("inf"), True, 0, -1, "10"])
+def test_a_timeout_must_be_a_finite_number_of_seconds(timeout, no_job_may_start):
+    with pytest.raises(IsolationUsageError, match="finite number of seconds > 0"):
+        run_isolated("x = 1", timeout=timeout)
+    with pytest.raises(IsolationUsageError, match="finite number of seconds > 0"):
+        isolated_map(abs, [1], timeout=timeout)
+
+
+@pytest.mark.parametrize("seed", [-3, "abc", 2**32, 1.5, True])
+def test_a_bad_seed_is_refused_before_anything_runs(seed, no_job_may_start):
+    with pytest.raises(IsolationUsageError, match=r"the seed must be an integer from 0 to 2\*\*32 - 1"):
+        run_isolated("x = 1", seed=seed)
+
+
+@pytest.mark.parametrize("body, words", [
+    ("return 5", "'return' outside function"),
+    ("yield 1", "'yield' outside function"),
+    ("await something()", "top-level await"),
+])
+def test_code_that_cannot_run_at_the_top_level_is_refused_here(isolated_shell, body, words, no_job_may_start):
+    isolated_shell.user_ns["kept"] = 1
+    before = dict(isolated_shell.user_ns)
+    with pytest.raises(IsolationUsageError, match=words) as info:
+        run_cell_isolated(isolated_shell, f"kept = 2\n{body}", inputs=None, outputs=None, no_return=False,
+                          timeout=None, gpu=None, env={}, seed=None, quiet=False)
+    assert "nothing was run" in str(info.value) and "worker.py" not in str(info.value)
+    assert isolated_shell.user_ns == before
+    with pytest.raises(IsolationUsageError, match=words):
+        run_isolated(f"kept = 2\n{body}")
+
+
+@pytest.mark.parametrize("line, words", [
+    ("--isolate --timeout nan", "finite number of seconds > 0"),
+    ("--isolate --seed -3", "the seed must be an integer"),
+    ("--seed -3", "the seed must be an integer"),
+])
+def test_the_magic_refuses_bad_options_in_one_line(shell, line, words, capsys):
+    shell.user_ns["kept"] = 1
+    result = shell.run_cell(f"%%fresh_model {line}\nkept = 2")
+    assert not result.success
+    error = result.error_in_exec or result.error_before_exec
+    assert type(error).__name__ == "UsageError" and words in str(error)
+    assert shell.user_ns["kept"] == 1
+
+
+def test_the_shipping_example_leaves_no_folder():
+    pattern = "/dev/shm/kerasmagic-isolated-*"
+    code = ("import doctest, os, kerasmagic.isolation.shipping as m\n"
+            "print(os.getpid())\n"
+            "assert doctest.testmod(m).failed == 0")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    pid = done.stdout.split()[0]
+    assert glob.glob(f"/dev/shm/kerasmagic-isolated-{pid}-*") == [] and \
+        glob.glob(os.path.join("/tmp", f"kerasmagic-isolated-{pid}-*")) == [], pattern
