@@ -285,7 +285,7 @@ class KerasMagics(Magics):
         exact peaks are shown. If the cell raises, the report is shown and then your
         exception with its own traceback.
 
-        With --isolate the cell runs in a pre-started worker process instead: the names
+        With --isolate the cell runs in a fresh process instead (a fork of a warm template): the names
         it reads are sent, the names it assigns come back (Keras models as models), its
         output streams live, and when it ends the process returns all of its memory,
         TensorFlow's CPU pool and GPU memory included.
