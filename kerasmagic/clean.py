@@ -527,6 +527,7 @@ def clear_tf(
     if namespace is None:
         namespace = shell.user_ns if shell is not None else sys._getframe(1).f_globals
     check_seed(seed)
+    seed = None if seed is None else int(seed)  # Keras refuses numpy integers
     names = _validate_names(names, namespace, in_ipython=shell is not None)
 
     report = CleanReport()

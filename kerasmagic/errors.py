@@ -2,6 +2,7 @@
 the magics turn them into ``UsageError``."""
 
 import math
+import numbers
 from typing import Any
 
 __all__ = ['KerasMagicUsageError', 'check_seed', 'check_timeout']
@@ -31,7 +32,9 @@ def check_seed(seed: Any) -> None:
         ...
         kerasmagic.errors.KerasMagicUsageError: the seed must be an integer from 0 to 2**32 - 1, got -3; e.g. --seed 42
     """
-    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**32):
+    # numbers.Integral: a numpy integer (np.int64 from a loop over np.arange) is a fine seed.
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, numbers.Integral)
+                             or not 0 <= seed < 2**32):
         raise KerasMagicUsageError(f"the seed must be an integer from 0 to 2**32 - 1, got {seed!r}; e.g. --seed 42")
 
 
@@ -47,6 +50,6 @@ def check_timeout(timeout: Any) -> None:
     """
     if timeout is None:
         return
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not math.isfinite(timeout) \
+    if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real) or not math.isfinite(timeout) \
             or timeout <= 0:
         raise KerasMagicUsageError(f"the timeout must be a finite number of seconds > 0, e.g. 600; got {timeout!r}")

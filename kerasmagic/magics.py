@@ -36,6 +36,27 @@ def _check_var_name(name: str | None, option: str) -> None:
         raise UsageError(f"{option} needs a variable name, got {name!r}; e.g. {option} report")
 
 
+def _timeout_seconds(text: str | None) -> float | None:
+    """``--timeout``'s seconds, by the rule (and in the words) of ``run_isolated(timeout=...)``.
+
+    Example:
+        >>> _timeout_seconds("600"), _timeout_seconds(None)
+        (600.0, None)
+        >>> _timeout_seconds("abc")
+        Traceback (most recent call last):
+        ...
+        kerasmagic.errors.KerasMagicUsageError: the timeout must be a finite number of seconds > 0, e.g. 600; got 'abc'
+    """
+    if text is None:
+        return None
+    try:
+        seconds: Any = float(text)
+    except ValueError:
+        seconds = text  # not a number at all: check_timeout refuses it, saying what to give
+    check_timeout(seconds)
+    return seconds
+
+
 class _CellRunner:
     """Runs a cell body the way IPython would: in the user's namespace, last expression as the value.
 
@@ -271,7 +292,9 @@ class KerasMagics(Magics):
     @argument("--out", dest="outputs", nargs="+", default=None, metavar="NAME",
               help="With --isolate: bring back only these variables (default: every name the cell assigns).")
     @argument("--no-return", action="store_true", help="With --isolate: bring nothing back (cells that write files).")
-    @argument("--timeout", type=float, default=None, metavar="S", help="With --isolate: kill the worker after S seconds.")
+    # Read as text and checked by check_timeout: `--timeout abc` and `--timeout nan` then fail with
+    # the one message run_isolated(timeout=...) gives, not argparse's "invalid float value".
+    @argument("--timeout", default=None, metavar="S", help="With --isolate: kill the worker after S seconds.")
     @argument("--gpu", default=None, metavar="N", help="With --isolate: CUDA_VISIBLE_DEVICES for the worker: GPU indices (0 or 0,1), GPU-/MIG- UUIDs, or -1 for none.")
     @argument("--env", nargs="+", default=None, metavar="K=V",
               help="With --isolate: environment for the worker, set before TensorFlow starts.")
@@ -310,7 +333,7 @@ class KerasMagics(Magics):
         if isolation_only and not args.isolate:
             raise UsageError(f"{', '.join(isolation_only)} only work with --isolate; add --isolate to the line")
         with _usage_errors():
-            check_timeout(args.timeout)
+            args.timeout = _timeout_seconds(args.timeout)
             check_seed(args.seed)
         if args.isolate:
             return self._fresh_model_isolated(args, cell)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import keyword
 import re
 import shutil
@@ -76,15 +77,47 @@ def check_inputs(inputs: dict[str, Any] | None) -> None:
                 f"{name!r} is not one (e.g. {{'data': value}})")
 
 
-def compile_in_kernel(code: str, filename: str, what: str) -> None:
-    """Compile the code here first: what cannot run (``return``/``yield``/``await`` at the top)
-    is refused before a process is used, with the in-process wording, not a worker's traceback."""
+def parse_in_kernel(code: str, what: str, first_line: int = 1) -> ast.Module:
+    """Parse the code here, refusing what does not parse in the in-process ``%%fresh_model`` wording.
+
+    ``first_line`` is the number the code's first line has where the user sees it (2 in a
+    cell under its magic line), so that the line named is the one the user reads.
+
+    Example:
+        >>> parse_in_kernel("x = (1,", "the code")
+        Traceback (most recent call last):
+        ...
+        kerasmagic.isolation.errors.IsolationUsageError: the code does not parse: '(' was never closed (line 1: 'x = (1,'); nothing was run
+    """
     try:
-        compile(code, filename, "exec")
+        return ast.parse(code)
+    except SyntaxError as exc:
+        line = (exc.lineno or 1) + first_line - 1
+        raise IsolationUsageError(
+            f"{what} does not parse: {exc.msg} (line {line}: {(exc.text or '').strip()!r}); nothing was run") from None
+
+
+def compile_in_kernel(code: str, what: str, where: str, first_line: int = 1) -> None:
+    """Compile the code here, as the worker would: what cannot run (``return``/``yield``/``await``
+    at the top, ``nonlocal`` outside a function) is refused before a process is used, in the
+    in-process ``%%fresh_model`` wording, not as a worker's traceback.
+
+    ``ast.parse`` accepts all of these; only ``compile`` refuses them. ``first_line`` as in
+    :func:`parse_in_kernel`.
+
+    Example:
+        >>> compile_in_kernel("x = 1\\nreturn x", "the code", "run_isolated()")
+        Traceback (most recent call last):
+        ...
+        kerasmagic.isolation.errors.IsolationUsageError: the code cannot run under run_isolated(): 'return' outside function (line 2); nothing was run
+    """
+    try:
+        compile(code, "<isolated code>", "exec")
     except SyntaxError as exc:
         hint = " (top-level await: put the code in an async function and asyncio.run() it)" if (
             "await" in (exc.msg or "")) else ""
-        raise IsolationUsageError(f"{what} cannot run in an isolated process: {exc.msg} (line {exc.lineno}){hint}; "
+        line = (exc.lineno or 1) + first_line - 1
+        raise IsolationUsageError(f"{what} cannot run under {where}: {exc.msg} (line {line}){hint}; "
                                   "nothing was run") from None
 
 
@@ -137,21 +170,16 @@ def run_isolated(code_or_function: str | Callable[..., Any], *, inputs: dict[str
     check_inputs(inputs)
     gpu = check_gpu(gpu)
     if isinstance(code_or_function, str):
-        try:
-            analyse(code_or_function)
-        except SyntaxError as exc:
-            raise IsolationUsageError(f"the isolated code does not parse: {exc}") from None
-        compile_in_kernel(code_or_function, "<isolated code>", "the code")
+        # Here, before a process or a job folder is used: nothing runs halfway, then fails.
+        tree = parse_in_kernel(code_or_function, "the code")
+        compile_in_kernel(code_or_function, "the code", "run_isolated()")
     result = IsolatedResult("isolated function" if callable(code_or_function) else "isolated code")
     result.kernel_rss_before_bytes = rss_bytes()
     directory = make_job_directory()
     started = time.perf_counter()
     try:
         if isinstance(code_or_function, str):
-            try:
-                names = analyse(code_or_function)
-            except SyntaxError as exc:
-                raise IsolationUsageError(f"the isolated code does not parse: {exc}") from None
+            names = analyse(tree)
             specs = {name: encode_named(name, value, directory, result, _SCRIPT_HINT)
                      for name, value in (inputs or {}).items()}
             wanted = list(outputs) if outputs is not None else names.assigns

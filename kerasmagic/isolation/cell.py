@@ -7,14 +7,13 @@ nothing else in the namespace changes, whatever happens.
 
 from __future__ import annotations
 
-import ast
 import builtins
 import re
 import shutil
 import time
 
 from ..probes.process import rss_bytes
-from .api import check_gpu, check_options, compile_in_kernel, encode_named
+from .api import check_gpu, check_options, compile_in_kernel, encode_named, parse_in_kernel
 from .cell_names import analyse, uses_get_ipython
 from .errors import IsolationUsageError
 from .pool import worker_spec
@@ -29,6 +28,8 @@ _CELL_HINT = "build it inside the cell or pass --in with a picklable value"
 _IPYTHON_NAMES = {"In", "Out", "get_ipython", "exit", "quit", "_", "__", "___", "_i", "_ii", "_iii",
                   "_ih", "_oh", "_dh", "_sh"}
 _HISTORY_NAME = re.compile(r"^_i?\d+$")
+# The cell's first line under the `%%fresh_model --isolate` line, as the notebook numbers it.
+_FIRST_BODY_LINE = 2
 
 
 def _is_ipython_name(shell, name: str) -> bool:
@@ -84,17 +85,16 @@ def run_cell_isolated(shell, cell: str, *, inputs: list[str] | None, outputs: li
         raise IsolationUsageError("--no-return and --out contradict each other; keep one")
     gpu = check_gpu(gpu)
     code = shell.transform_cell(cell)
-    try:
-        tree = ast.parse(code)
-    except SyntaxError as exc:
-        raise IsolationUsageError(f"the cell does not parse: {exc}") from None
+    # Errors name lines as the notebook shows them: the magic's own line is line 1. The
+    # wording is the in-process %%fresh_model's, so a cell fails the same way either way.
+    tree = parse_in_kernel(code, "the cell", first_line=_FIRST_BODY_LINE)
     # The syntax tree, not the text: IPython turns magics and `!` lines into get_ipython()
     # calls, while a string that merely mentions get_ipython() is harmless.
     if uses_get_ipython(tree):
         raise IsolationUsageError(
             "an isolated cell runs in a plain Python worker, without IPython: magics (%...), "
             "shell commands (!...) and get_ipython() cannot run there; move them to a cell of their own")
-    compile_in_kernel(code, "<isolated cell>", "the cell")
+    compile_in_kernel(code, "the cell", "%%fresh_model", first_line=_FIRST_BODY_LINE)
     names = analyse(tree)
     send = cell_inputs(shell, names.reads, list(inputs or []))
     if no_return:

@@ -23,8 +23,9 @@ class _ShownWithoutOurFrames:
         return [f"{type(self).__name__}: {self}"]
 
 
-class IsolationUsageError(KerasMagicUsageError):
-    """Bad input to an isolated run, found before anything ran (the magic shows a UsageError).
+class IsolationUsageError(_ShownWithoutOurFrames, KerasMagicUsageError):
+    """Bad input to an isolated run, found before anything ran (the magic shows a UsageError;
+    from the Python API in a notebook, IPython shows this one line, not our frames).
 
     Example:
         >>> raise IsolationUsageError("cannot send 'gen' to the isolated process: ...")
@@ -36,7 +37,7 @@ class IsolationUsageError(KerasMagicUsageError):
     result: Any = None
 
 
-class IsolatedShippingError(_ShownWithoutOurFrames, IsolationUsageError):
+class IsolatedShippingError(IsolationUsageError):
     """An input reached the worker but could not be rebuilt there; the user's code never ran.
 
     Not the user's code failing (:class:`IsolatedCellError`) and not a crash

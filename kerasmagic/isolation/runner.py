@@ -56,7 +56,7 @@ class Job:
         self.outputs = outputs or []
         self.required_outputs = required_outputs or []
         self.call = call
-        self.seed = seed
+        self.seed = None if seed is None else int(seed)  # Keras refuses numpy integers
         self.display_last = display_last
         self.owns_directory = owns_directory
 

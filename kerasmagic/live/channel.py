@@ -8,6 +8,7 @@ no one. :func:`unregister` undoes all of it and joins the sampler thread.
 
 from __future__ import annotations
 
+import logging
 import sys
 import threading
 import time
@@ -15,10 +16,23 @@ from typing import Any, Callable
 
 from .. import events
 from ..probes import Unavailable, to_jsonable
-from .protocol import PROTOCOL_VERSION, TARGET_NAME, ProtocolError, check_version, validate
+from .protocol import (
+    PROTOCOL_VERSION,
+    TARGET_NAME,
+    ProtocolError,
+    check_version,
+    echo,
+    shorten,
+    validate,
+)
 from .sampler import Sampler
 
 __all__ = ["register", "unregister", "active_channel", "LiveChannel"]
+
+logger = logging.getLogger(__name__)
+
+#: An error reply's ``message`` never exceeds this many characters (plus the length note).
+_MESSAGE_LIMIT = 500
 
 _channel: "LiveChannel | None" = None
 
@@ -86,6 +100,9 @@ class LiveChannel:
         self._listeners: dict[str, dict[str, Any]] = {}  # comm_id -> {"comm", "visible"}
         # In-kernel views (``%tf_mem --live``): always visible while registered.
         self._local: dict[int, Callable[[dict[str, Any]], None]] = {}
+        # Targets whose failure was logged already: the sampler broadcasts every interval, and
+        # a dead frontend must not print a traceback per tick into the notebook.
+        self._failing: set[Any] = set()
         self.sampler = Sampler(self.broadcast, interval_s=interval_s)
         self._unsubscribe = events.subscribe(self._on_event)
 
@@ -120,6 +137,7 @@ class LiveChannel:
         def remove() -> None:
             with self._lock:
                 self._local.pop(key, None)
+            self._failing.discard(("view", key))
             self._update_sampler()
 
         return remove
@@ -135,38 +153,77 @@ class LiveChannel:
     def broadcast(self, data: dict[str, Any], visible_only: bool = True) -> None:
         with self._lock:
             targets = [e["comm"] for e in self._listeners.values() if e["visible"] or not visible_only]
-            local = list(self._local.values())
-        for callback in local:
+            local = list(self._local.items())
+        for key, callback in local:
             try:
                 callback(data)
             except Exception:  # noqa: BLE001 - a broken view must not starve the sidebar
-                pass
+                self._log_failure(("view", key), "an in-kernel live view %r failed", callback)
         for comm in targets:
             try:
                 self._send(comm, data)
             except Exception:  # noqa: BLE001 - one dead frontend must not starve the others
-                pass
+                self._log_failure(("comm", getattr(comm, "comm_id", id(comm))),
+                                  "sending to frontend comm %s failed", getattr(comm, "comm_id", "?"))
+
+    def _log_failure(self, key: Any, what: str, *args: Any) -> None:
+        """Log a failing broadcast target with its traceback: a warning the first time, then debug."""
+        if key in self._failing:
+            logger.debug("kerasmagic.live: " + what + " again", *args, exc_info=True)
+            return
+        self._failing.add(key)
+        logger.warning("kerasmagic.live: " + what + "; the other listeners still get messages",
+                       *args, exc_info=True)
 
     def _error(self, comm, exc: ProtocolError) -> None:
-        message = {"method": "error", "code": exc.code, "message": str(exc), "ts": time.time()}
+        message = {
+            "method": "error",
+            "code": exc.code,
+            "message": shorten(str(exc), _MESSAGE_LIMIT),
+            "ts": time.time(),
+        }
         if exc.request_method:
-            message["request_method"] = exc.request_method
+            message["request_method"] = exc.request_method  # ProtocolError cut it already
         self._send(comm, message)
 
     # ---- comm callbacks -----------------------------------------------------------------
     def on_open(self, comm, msg: dict[str, Any]) -> None:
-        content = msg.get("content") or {}
-        metadata = msg.get("metadata") or {}
+        """The comm target's callback: never raises (ipykernel would close the comm silently,
+        which a sidebar reads as "extension not loaded")."""
         try:
-            check_version(metadata.get("protocol_version"))
+            self._open(comm, msg)
+        except Exception as exc:  # noqa: BLE001 - a bug here answers, it never escapes
+            logger.exception("kerasmagic.live: opening comm %s failed", getattr(comm, "comm_id", "?"))
+            self._fail_open(comm, exc)
+
+    def _fail_open(self, comm, exc: Exception) -> None:
+        try:
+            self._error(comm, ProtocolError(
+                "bad_message", f"opening the channel failed: {type(exc).__name__}: {shorten(str(exc))}", "open"))
+        except Exception:  # noqa: BLE001
+            logger.warning("kerasmagic.live: could not send the error reply", exc_info=True)
+        if getattr(comm, "comm_id", None) in self._listeners:
+            return  # subscribed already: the comm works, only a push failed
+        try:
+            comm.close(data={"reason": "error"})
+        except Exception:  # noqa: BLE001
+            logger.warning("kerasmagic.live: could not close the failed comm", exc_info=True)
+
+    def _open(self, comm, msg: dict[str, Any]) -> None:
+        content = msg.get("content")
+        content = content if isinstance(content, dict) else {}
+        metadata = msg.get("metadata")
+        # Metadata that is not an object carries no version: refused like a missing version.
+        peer_version = metadata.get("protocol_version") if isinstance(metadata, dict) else None
+        try:
+            check_version(peer_version)
         except ProtocolError as exc:
             self._error(comm, exc)
             comm.close(data={"reason": "protocol_mismatch"})
             return
-        data = content.get("data")
         options: dict[str, Any] = {}
         try:
-            options = validate(data if isinstance(data, dict) and data else {"method": "open"})
+            options = _open_options(content.get("data"))
         except ProtocolError as exc:
             self._error(comm, exc)  # open anyway with defaults; the frontend logs the error
         with self._lock:
@@ -203,7 +260,8 @@ class LiveChannel:
         except ProtocolError as exc:
             self._error(comm, exc)
         except Exception as exc:  # noqa: BLE001 - a handler bug answers, it never kills the kernel
-            self._error(comm, ProtocolError("bad_message", f"{type(exc).__name__}: {exc}"))
+            logger.exception("kerasmagic.live: handling a message on comm %s failed", comm_id)
+            self._error(comm, ProtocolError("bad_message", f"{type(exc).__name__}: {shorten(str(exc))}"))
 
     def _dispatch(self, comm, entry: dict[str, Any], data: dict[str, Any]) -> None:
         method = data["method"]
@@ -225,6 +283,7 @@ class LiveChannel:
         comm_id = (msg.get("content") or {}).get("comm_id")
         with self._lock:
             self._listeners.pop(comm_id, None)
+        self._failing.discard(("comm", comm_id))
         self._update_sampler()
 
     # ---- pushes ---------------------------------------------------------------------------
@@ -312,7 +371,33 @@ class LiveChannel:
             try:
                 comm.close(data={"reason": "unloaded"})
             except Exception:  # noqa: BLE001 - the frontend may be gone already
-                pass
+                logger.warning("kerasmagic.live: closing comm %s failed", getattr(comm, "comm_id", "?"),
+                               exc_info=True)
+        self._failing.clear()
+
+
+def _open_options(data: Any) -> dict[str, Any]:
+    """The validated ``open`` message from a ``comm_open``'s data; empty data means defaults.
+
+    Example:
+        >>> _open_options({"method": "open", "visible": False})["visible"]
+        False
+        >>> _open_options({})
+        {}
+        >>> _open_options({"method": "refresh"})
+        Traceback (most recent call last):
+        ...
+        kerasmagic.live.protocol.ProtocolError: comm_open data must be an 'open' message, got method 'refresh'
+    """
+    if data is None or (isinstance(data, dict) and not data):
+        return {}
+    if isinstance(data, dict) and data.get("method") == "open":
+        return validate(data)
+    if isinstance(data, dict):
+        got = f"method {echo(data['method'])}" if "method" in data else "an object without 'method'"
+    else:
+        got = f"{type(data).__name__} {echo(data)}"
+    raise ProtocolError("bad_message", f"comm_open data must be an 'open' message, got {got}", "open")
 
 
 def _package_version() -> str:
@@ -367,7 +452,7 @@ def unregister(shell) -> None:
     try:
         _comm_manager().unregister_target(TARGET_NAME, channel.on_open)
     except Exception:  # noqa: BLE001 - the manager may already be gone at kernel shutdown
-        pass
+        logger.warning("kerasmagic.live: unregistering the comm target failed", exc_info=True)
     try:
         shell.events.unregister("post_run_cell", channel.post_run_cell)
     except ValueError:

@@ -8,6 +8,7 @@ TypeScript guards in ``src/protocol.ts``.
 from __future__ import annotations
 
 import math
+import reprlib
 from typing import Any
 
 __all__ = [
@@ -15,6 +16,8 @@ __all__ = [
     "PROTOCOL_VERSION",
     "ProtocolError",
     "check_version",
+    "echo",
+    "shorten",
     "validate",
 ]
 
@@ -25,21 +28,91 @@ PROTOCOL_VERSION = "1.0.0"
 MIN_INTERVAL_S = 0.1
 MAX_INTERVAL_S = 60.0
 
+#: How much of a peer's value an error reply echoes (a frontend may send megabytes).
+ECHO_LIMIT = 80
+
+
+def shorten(text: str, limit: int = ECHO_LIMIT) -> str:
+    """``text`` if it is short, else its first ``limit`` characters and its length.
+
+    Example:
+        >>> shorten("abc")
+        'abc'
+        >>> shorten("x" * 1000, 5)
+        'xxxxx… (1000 characters)'
+    """
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}… ({len(text)} characters)"
+
+
+def _about_digits(value: int) -> int:
+    return int(abs(value).bit_length() * math.log10(2)) + 1
+
+
+class _ShortRepr(reprlib.Repr):
+    """A repr that never builds a big string, nor fails on a huge int."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.maxlevel = 2
+        self.maxstring = self.maxlong = self.maxother = ECHO_LIMIT
+        self.maxlist = self.maxtuple = self.maxdict = self.maxset = 4
+
+    def repr_int(self, x: int, level: int) -> str:
+        if x.bit_length() > 4 * ECHO_LIMIT:  # more digits than we show, maybe more than str() allows
+            return f"<an integer of about {_about_digits(x)} digits>"
+        return super().repr_int(x, level)
+
+
+_short_repr = _ShortRepr()
+
+
+def echo(value: Any, limit: int = ECHO_LIMIT) -> str:
+    """A repr of a peer's ``value`` for an error message, cut to about ``limit`` characters.
+
+    Example:
+        >>> echo("explode")
+        "'explode'"
+        >>> echo("x" * 10_000_000, 3)
+        "'xxx'… (10000000 characters)"
+        >>> echo(10**400)
+        'an integer of about 401 digits'
+    """
+    if isinstance(value, str):
+        if len(value) <= limit:
+            return repr(value)
+        return f"{value[:limit]!r}… ({len(value)} characters)"
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 4 * limit:
+        return f"an integer of about {_about_digits(value)} digits"
+    try:
+        text = _short_repr.repr(value)
+    except Exception:  # noqa: BLE001 - a repr is a courtesy; the type still helps
+        text = f"<{type(value).__name__}>"
+    return text if len(text) <= limit else f"{text[:limit]}…"
+
 
 class ProtocolError(ValueError):
-    """A message that does not follow the protocol; ``code`` goes into the error reply."""
+    """A message that does not follow the protocol; ``code`` goes into the error reply.
+
+    ``request_method`` is the peer's method name, cut to :data:`ECHO_LIMIT` characters.
+    """
 
     def __init__(self, code: str, message: str, request_method: str | None = None) -> None:
         super().__init__(message)
         self.code = code
-        self.request_method = request_method
+        self.request_method = shorten(request_method) if isinstance(request_method, str) else None
 
 
 def _major(version: Any) -> int | None:
     if not isinstance(version, str):
         return None
-    head = version.split(".", 1)[0]
-    return int(head) if head.isdigit() else None
+    head = version.partition(".")[0]
+    # ASCII digits only ("¹".isdigit() is true, int("¹") fails), and few of them (int() refuses
+    # more than 4300 digits; no real major has more than a handful).
+    if not (head.isascii() and head.isdigit() and len(head) <= 9):
+        return None
+    return int(head)
 
 
 def check_version(peer_version: Any) -> None:
@@ -56,16 +129,27 @@ def check_version(peer_version: Any) -> None:
         raise ProtocolError(
             "protocol_mismatch",
             f"this kernel's kerasmagic speaks protocol {PROTOCOL_VERSION}, the frontend "
-            f"{peer_version if peer_version is not None else '(none)'}: upgrade the older side "
+            f"{_peer_version(peer_version)}: upgrade the older side "
             "(pip install -U kerasmagic, then restart the kernel and reload the page)",
         )
+
+
+def _peer_version(value: Any) -> str:
+    if value is None:
+        return "(none)"
+    return shorten(value) if isinstance(value, str) else echo(value)
 
 
 # ---- field kinds -------------------------------------------------------------------------
 
 
 def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an int too large for a double (JSON allows 10**400): not a number here
+        return False
 
 
 def _is_unavailable(value: Any) -> bool:
@@ -201,14 +285,14 @@ def validate(data: Any, direction: str = "to_kernel") -> dict[str, Any]:
     if not isinstance(method, str):
         raise ProtocolError("bad_message", "a message needs a string 'method'")
     if method not in methods:
-        raise ProtocolError("unknown_method", f"unknown method {method!r}", method)
+        raise ProtocolError("unknown_method", f"unknown method {echo(method)}", method)
     required, optional = methods[method]
     for name, check in required.items():
         if name not in data:
             raise ProtocolError("bad_message", f"{method}: missing field {name!r}", method)
         if not check(data[name]):
-            raise ProtocolError("bad_message", f"{method}: bad value for {name!r}: {data[name]!r}", method)
+            raise ProtocolError("bad_message", f"{method}: bad value for {name!r}: {echo(data[name])}", method)
     for name, check in optional.items():
         if name in data and not check(data[name]):
-            raise ProtocolError("bad_message", f"{method}: bad value for {name!r}: {data[name]!r}", method)
+            raise ProtocolError("bad_message", f"{method}: bad value for {name!r}: {echo(data[name])}", method)
     return data

@@ -80,3 +80,18 @@ def test_the_shipping_example_leaves_no_folder():
     pid = done.stdout.split()[0]
     assert glob.glob(f"/dev/shm/kerasmagic-isolated-{pid}-*") == [] and \
         glob.glob(os.path.join("/tmp", f"kerasmagic-isolated-{pid}-*")) == [], pattern
+
+
+def test_numpy_numbers_are_fine_seeds_and_timeouts():
+    import numpy as np
+
+    result = run_isolated("import random\nvalue = random.random()", seed=np.int64(3), timeout=np.float64(60.0),
+                          quiet=True)
+    again = run_isolated("import random\nvalue = random.random()", seed=3, quiet=True)
+    assert result.outputs["value"] == again.outputs["value"]
+
+
+def test_a_usage_error_from_the_api_shows_as_one_line_in_ipython():
+    with pytest.raises(IsolationUsageError) as info:
+        run_isolated("x = 1", timeout=-1)
+    assert info.value._render_traceback_() == [f"IsolationUsageError: {info.value}"]

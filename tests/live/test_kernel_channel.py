@@ -193,3 +193,139 @@ def test_outside_a_kernel_load_ext_registers_no_channel():
                          capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr[-3000:]
     assert "RESULT None []" in run.stdout, run.stdout[-3000:]
+
+
+# ---- malformed input: every mistake gets a short, proper `error` reply -----------------------
+
+
+def _open_raw(kernel, data, metadata) -> str:
+    """A ``comm_open`` with exactly this data and metadata (KernelSession.open_comm builds them)."""
+    import uuid
+
+    comm_id = uuid.uuid4().hex
+    msg = kernel.client.session.msg("comm_open", {"comm_id": comm_id, "target_name": "kerasmagic.live", "data": data})
+    msg["metadata"] = metadata  # set afterwards: Session.msg() only merges a dict into its own
+    kernel.client.shell_channel.send(msg)
+    return comm_id
+
+
+def _closed(kernel, comm_id) -> bool:
+    return any(m["msg_type"] == "comm_close" and m["content"].get("comm_id") == comm_id for m in kernel.iopub)
+
+
+def test_error_replies_cut_a_huge_echoed_value(kernel):
+    comm_id, _ = _load_and_open(kernel)
+    huge = "x" * 10_000_000
+    kernel.send_comm(comm_id, {"method": huge})
+    error = kernel.comm_data(comm_id, "error", timeout=60)
+    validate(error, "to_frontend")
+    assert error["code"] == "unknown_method"
+    assert len(error["message"]) < 300 and "(10000000 characters)" in error["message"], error["message"][:300]
+    assert len(error["request_method"]) < 200 and error["request_method"].startswith("x" * 80)
+    kernel.send_comm(comm_id, {"method": "configure", "interval_s": huge})
+    error = kernel.comm_data(comm_id, "error", timeout=60)
+    assert error["code"] == "bad_message" and len(error["message"]) < 300, error["message"][:300]
+    assert error["request_method"] == "configure"
+    # The version refusal echoes the frontend's version: cut as well.
+    refused = _open_raw(kernel, {"method": "open"}, {"protocol_version": "9" * 1_000_000})
+    error = kernel.comm_data(refused, "error", timeout=60)
+    assert error["code"] == "protocol_mismatch" and len(error["message"]) < 500, error["message"][:500]
+    assert "(1000000 characters)" in error["message"]
+    kernel.wait_comm_close(refused)
+
+
+def test_open_data_that_is_not_an_open_message_gets_bad_message(kernel):
+    kernel.execute("%load_ext kerasmagic")
+    for bad in ([1, 2], {"method": "refresh"}, "open", 7, {"visible": True},
+                {"method": "open", "visible": "yes"}, {"method": "open", "interval_s": 10**400}):
+        comm_id = kernel.open_comm(data=bad)
+        error = kernel.comm_data(comm_id, "error")
+        validate(error, "to_frontend")
+        assert (error["code"], error.get("request_method")) == ("bad_message", "open"), (bad, error)
+        # As for any malformed message the comm stays open: the kernel opens it with defaults.
+        hello = kernel.comm_data(comm_id, "hello")
+        assert hello["interval_s"] == 1.0, (bad, hello)
+        kernel.comm_data(comm_id, "sample")
+        assert not _closed(kernel, comm_id), bad
+        assert [m["content"]["data"]["method"] for m in kernel.comm_messages(comm_id)][:2] == ["error", "hello"]
+    # Empty data is a plain open with defaults, without an error.
+    plain = _open_raw(kernel, {}, {"protocol_version": "1.0.0"})
+    kernel.comm_data(plain, "hello")
+    assert "error" not in [m["content"]["data"]["method"] for m in kernel.comm_messages(plain)]
+    assert kernel.execute(STATE).split()[0] == "8"
+
+
+def test_malformed_open_metadata_gets_an_error_reply_and_the_kernel_lives(kernel):
+    kernel.execute("%load_ext kerasmagic")
+    cases = [
+        ([1, 2], "protocol_mismatch"),
+        ("1.0.0", "protocol_mismatch"),
+        ({"protocol_version": "1" * 5000}, "protocol_mismatch"),
+        ({"protocol_version": "1" * 5000 + ".0.0"}, "protocol_mismatch"),
+        ({"protocol_version": "\u00b9.0.0"}, "protocol_mismatch"),  # a superscript one: isdigit() but not int()
+        ({"protocol_version": ["1.0.0"]}, "protocol_mismatch"),
+        ({"protocol_version": 10**400}, "protocol_mismatch"),
+    ]
+    for metadata, code in cases:
+        comm_id = _open_raw(kernel, {"method": "open", "visible": True}, metadata)
+        error = kernel.comm_data(comm_id, "error")
+        validate(error, "to_frontend")
+        assert error["code"] == code, (metadata, error)
+        assert len(error["message"]) < 500, error["message"][:500]
+        assert kernel.wait_comm_close(comm_id)["content"]["data"] == {"reason": "protocol_mismatch"}
+        assert [m["content"]["data"]["method"] for m in kernel.comm_messages(comm_id)] == ["error"]
+    assert kernel.execute("print(6 * 7)").strip() == "42"
+    assert kernel.execute(STATE).split() == ["0", "0", "False"]
+    # A well-formed open still works afterwards.
+    comm_id = kernel.open_comm()
+    kernel.comm_data(comm_id, "hello")
+    kernel.comm_data(comm_id, "sample")
+
+
+LOGGED = """
+import logging
+from kerasmagic import events
+from kerasmagic.live import channel as _c
+_records = []
+class _Keep(logging.Handler):
+    def emit(self, record):
+        _records.append(record)
+_log = logging.getLogger("kerasmagic.live.channel")
+_log.addHandler(_Keep()); _log.propagate = False
+_ch = _c.active_channel()
+class _DeadComm:
+    comm_id = "dead"
+    def send(self, *args, **kwargs):
+        raise RuntimeError("frontend gone")
+    def close(self, *args, **kwargs):
+        raise RuntimeError("cannot close")
+def _broken_view(message):
+    raise RuntimeError("view broke")
+_ch._listeners["dead"] = {"comm": _DeadComm(), "visible": True}
+_stop = _ch.add_listener(_broken_view)
+for _ in range(3):
+    events.publish("clear_tf", {"freed_rss_bytes": 1})
+class _GoneManager:
+    def unregister_target(self, *args):
+        raise RuntimeError("manager gone")
+_c._comm_manager = lambda: _GoneManager()
+get_ipython().run_line_magic("unload_ext", "kerasmagic")
+for _r in _records:
+    print("LOG", _r.levelname, _r.exc_info is not None and str(_r.exc_info[1]))
+"""
+
+
+def test_channel_failures_are_logged_and_the_kernel_lives(kernel):
+    comm_id, _ = _load_and_open(kernel)
+    out = kernel.execute(LOGGED)
+    logged = [line.split(" ", 2)[1:] for line in out.splitlines() if line.startswith("LOG ")]
+    reasons = [reason for _, reason in logged]
+    # Each failure is logged with its traceback; a target failing on every message is logged once.
+    for reason in ("view broke", "frontend gone", "cannot close", "manager gone"):
+        assert reasons.count(reason) == 1, (reason, out)
+    assert all(level in ("WARNING", "ERROR") for level, _ in logged), out
+    # The live frontend still got all three events despite its broken neighbours.
+    events = [m for m in kernel.comm_messages(comm_id) if m["content"]["data"]["method"] == "event"]
+    assert len(events) == 3
+    assert kernel.execute("print(6 * 7)").strip() == "42"
+    assert kernel.execute(THREADS).strip() == "[]"
