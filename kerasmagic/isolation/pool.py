@@ -36,7 +36,7 @@ import sys
 import tempfile
 import threading
 import time
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import Any, Callable
@@ -56,7 +56,7 @@ _MPL_BACKEND = "module://kerasmagic.isolation.mpl_backend"
 _VOLATILE_ENV = frozenset({"PYTEST_CURRENT_TEST", "_", "OLDPWD", "PWD", "COLUMNS", "LINES"})
 #: Files of ours named after the kernel that made them, so that a later pool can tell
 #: whose kernel is gone (``kerasmagic-isolated-<pid>-…`` folders, ``kerasmagic-worker-<pid>-…`` logs).
-_OWNED_NAME = re.compile(r"^kerasmagic-(?:isolated|worker|template)-(\d+)-")
+_OWNED_NAME = re.compile(r"^kerasmagic-(?:isolated|worker|template|kernel)-(\d+)-")
 
 
 def default_size() -> int:
@@ -187,6 +187,72 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
+_owner_locks: list[int] = []
+
+
+def _owner_lock_path(folder: str, pid: int) -> str:
+    return os.path.join(folder, f"kerasmagic-kernel-{pid}-owner.lock")
+
+
+def _our_folders() -> list[str]:
+    return [tempfile.gettempdir()] + (["/dev/shm"] if os.path.isdir("/dev/shm") else [])
+
+
+def hold_owner_lock() -> None:
+    """Hold, for this process's life, a lock saying "this kernel's files are in use".
+
+    A pid alone cannot tell: a kernel in another container that shares ``/dev/shm`` has a
+    pid that does not exist here. The lock (``flock``) is released by the OS when the kernel
+    dies, however it dies.
+    """
+    if _owner_locks:
+        return
+    import fcntl
+
+    for folder in _our_folders():
+        try:
+            fd = os.open(_owner_lock_path(folder, os.getpid()), os.O_CREAT | os.O_RDWR, 0o600)
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            continue
+        _owner_locks.append(fd)
+
+
+def _release_owner_locks() -> None:
+    """At a clean exit: the lock files go with the kernel (a killed kernel's go with its template)."""
+    while _owner_locks:
+        os.close(_owner_locks.pop())
+    for folder in _our_folders():
+        try:
+            os.unlink(_owner_lock_path(folder, os.getpid()))
+        except OSError:
+            pass
+
+
+atexit.register(_release_owner_locks)
+
+
+def _owner_gone(folder: str, pid: int) -> bool:
+    import fcntl
+
+    path = _owner_lock_path(folder, pid)
+    try:
+        fd = os.open(path, os.O_RDWR)
+    except FileNotFoundError:
+        return not _pid_alive(pid)  # no lock: a kernel of an older version; trust the pid
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False  # held: that kernel is alive, wherever its pid lives
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+    return True
+
+
 def sweep_orphans() -> list[str]:
     """Remove job folders and logs left by kernels that no longer exist (killed, OOM-killed).
 
@@ -195,19 +261,34 @@ def sweep_orphans() -> list[str]:
         []
     """
     removed = []
-    patterns = [os.path.join(tempfile.gettempdir(), "kerasmagic-*"), "/dev/shm/kerasmagic-*"]
-    for path in itertools.chain.from_iterable(glob.glob(p) for p in patterns):
-        match = _OWNED_NAME.match(os.path.basename(path))
-        if match is None or _pid_alive(int(match.group(1))):
-            continue
-        if os.path.isdir(path):
-            shutil.rmtree(path, ignore_errors=True)
-        else:
+    for folder in _our_folders():
+        gone: dict[int, bool] = {}
+        locks = []
+        for path in glob.glob(os.path.join(folder, "kerasmagic-*")):
+            match = _OWNED_NAME.match(os.path.basename(path))
+            if match is None:
+                continue
+            pid = int(match.group(1))
+            if pid not in gone:
+                gone[pid] = pid != os.getpid() and _owner_gone(folder, pid)
+            if not gone[pid]:
+                continue
+            if path.endswith("-owner.lock"):
+                locks.append(path)  # last: it says whose the other files are
+                continue
+            if os.path.isdir(path):
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                try:
+                    os.unlink(path)
+                except OSError:
+                    continue
+            removed.append(path)
+        for path in locks:
             try:
                 os.unlink(path)
             except OSError:
-                continue
-        removed.append(path)
+                pass
     return removed
 
 
@@ -223,9 +304,10 @@ class TemplateFailed(Exception):
 class ForkRefused(Exception):
     """The template would not fork (a fork-safety check failed); ``reason`` says which."""
 
-    def __init__(self, reason: str) -> None:
+    def __init__(self, reason: str, retire: bool = True) -> None:
         super().__init__(reason)
         self.reason = reason
+        self.retire = retire  # False: this fork failed (fork() itself), the template stays
 
 
 # --- the processes a job runs in -------------------------------------------------------
@@ -314,7 +396,17 @@ class FreshWorker(JobProcess):
         self._watch_write_fd: int | None = watch_write_fd
 
     def poll(self) -> int | None:
-        return self.process.poll()
+        """The exit code, read without collecting the process: while it is a zombie its pid
+        and process group id cannot be reused, so the last ``killpg`` hits only the job's own."""
+        if self.process.returncode is not None:
+            return self.process.returncode
+        try:
+            info = os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except ChildProcessError:
+            return self.process.poll()
+        if info is None or info.si_pid == 0:
+            return None
+        return info.si_status if info.si_code == os.CLD_EXITED else -info.si_status
 
     def import_failure(self) -> str:
         return _read_tail(self.log_path)
@@ -412,9 +504,13 @@ class Template:
         self._control: socket.socket | None = None
         self._watch_write: int | None = None
         self._close_lock = threading.Lock()
+        self._killed = False
+        self.waiting: set[int] = set()  # ids of launches waiting for this template's imports
 
     def start(self) -> None:
         """Start the process (on the pool thread). Raises OSError when it cannot be started."""
+        if self._killed:
+            raise RuntimeError("the template was stopped before it started")
         control, child_control = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         watch_read, watch_write = os.pipe()
         self.log_path = _log_file("template")
@@ -475,18 +571,25 @@ class Template:
             with self._lock:
                 future, parent_channel, out_read, err_read = self._pending.pop(message["job_id"])
             if kind == "refused":
-                self.state = "retired" if self.state == "ready" else self.state
+                retire = message.get("retire", True)
+                if retire and self.state == "ready":
+                    self.state = "retired"
                 for fd in (out_read, err_read):
                     os.close(fd)
                 parent_channel.close()
-                future.set_exception(ForkRefused(message["reason"]))
+                if future.set_running_or_notify_cancel():
+                    future.set_exception(ForkRefused(message["reason"], retire))
                 return
             pid = message["pid"]
             with self._lock:
                 self._children.add(pid)
             worker = ForkedWorker(self.spec, self, pid, Connection(parent_channel.detach()), out_read, err_read)
             if not future.set_running_or_notify_cancel():
-                worker.kill()  # nobody waits for it any more (timed out, interrupted)
+                # Nobody waits for it any more (timed out, interrupted). Signal only: waiting
+                # for its exit here would wait for this very thread to read the news.
+                worker.end_group()
+                threading.Thread(target=self._collect, args=(worker,), daemon=True,
+                                 name=f"kerasmagic-isolation-collect-{pid}").start()
                 return
             future.set_result(worker)
         elif kind == "exited":
@@ -513,12 +616,26 @@ class Template:
                 future.set_exception(ForkRefused("the template process ended"))
         self._on_end(self)
 
+    def _collect(self, worker: "ForkedWorker") -> None:
+        worker.kill()
+        self.done_with(worker.pid)
+
     def fork(self, spec: WorkerSpec, directory: str) -> Future:
         """Ask for a child for one job; the future gives a :class:`ForkedWorker` or ForkRefused."""
         future: Future = Future()
-        parent_channel, child_channel = socket.socketpair()
-        out_read, out_write = os.pipe()
-        err_read, err_write = os.pipe()
+        made: list[Any] = []
+        try:
+            parent_channel, child_channel = socket.socketpair()
+            made += [parent_channel, child_channel]
+            out_read, out_write = os.pipe()
+            made += [out_read, out_write]
+            err_read, err_write = os.pipe()
+        except OSError as exc:  # EMFILE: out of file descriptors
+            for item in made:
+                item.close() if isinstance(item, socket.socket) else os.close(item)
+            future.set_exception(ForkRefused(f"no file descriptors left for the job's channels ({exc}); "
+                                             "raise `ulimit -n`", retire=False))
+            return future
         job_id = next(self._job_ids)
         request = {"kind": "fork", "job_id": job_id, "env": spec.late_env(), "directory": directory}
         with self._lock:
@@ -547,9 +664,15 @@ class Template:
         with self._lock:
             return self._exits.get(pid)
 
-    def forget(self, pid: int) -> None:
+    def done_with(self, pid: int) -> None:
+        """The kernel has ended the job's group: the template may collect the zombie now."""
         with self._lock:
             self._exits.pop(pid, None)
+        if self._control is not None:
+            try:
+                self._control.send(pickle.dumps({"kind": "reap", "pid": pid}))
+            except OSError:
+                pass  # the template is gone, and its zombies with it
 
     def busy(self) -> bool:
         with self._lock:
@@ -567,6 +690,7 @@ class Template:
 
     def kill(self) -> None:
         """End the template and every child it still has, now. Safe to call twice."""
+        self._killed = True  # a start() still queued on the pool thread will not happen
         with self._lock:
             children = list(self._children)
         for pid in children:
@@ -641,6 +765,29 @@ class Launch:
 
 
 
+def _fail_launch(launch: Launch, error: BaseException) -> None:
+    if launch.future.cancelled():
+        return
+    try:
+        launch.future.set_exception(error)
+    except InvalidStateError:
+        pass  # cancelled or answered meanwhile
+
+
+def _guarded(launch: Launch, callback: Callable[[Future], None]) -> Callable[[Future], None]:
+    """A Future callback that cannot leave ``launch`` waiting forever: concurrent.futures
+    logs and swallows a callback's exception, and the job would wait for nothing."""
+    def run(future: Future) -> None:
+        try:
+            callback(future)
+        except BaseException as exc:  # noqa: BLE001 - handed to the waiting job instead
+            logger.exception("kerasmagic: launching an isolated job failed")
+            if not launch.future.done():
+                _fail_launch(launch, exc)
+
+    return run
+
+
 class WorkerPool:
     """Templates per environment, the jobs' processes, and the limit on jobs at once.
 
@@ -663,6 +810,7 @@ class WorkerPool:
         self._tasks: queue.Queue = queue.Queue()
         self._thread: threading.Thread | None = None
         self._closed = False
+        hold_owner_lock()
         sweep_orphans()
 
     # --- the pool thread: every process is started here --------------------------------
@@ -693,6 +841,8 @@ class WorkerPool:
         with self._lock:
             idle = [t for t in self._templates if t.state == "ready" and not t.busy()
                     and now - t.last_used >= self.idle_timeout]
+            for template in idle:
+                template.state = "retired"  # no launch picks it from here on
         for template in idle:
             template.kill()  # killed first, then forgotten: pids() never lists a dead one as gone
             with self._lock:
@@ -762,36 +912,43 @@ class WorkerPool:
         template, launch.state = self._template_for(spec)
         launch.template_pid = template.pid
         launch.template = template
+        with self._lock:
+            template.waiting.add(id(launch))
 
         def forked(future: Future) -> None:
             error = future.exception()
             if error is None:
                 self._adopt(future.result(), launch)
+            elif launch.future.cancelled():
+                return  # nobody waits: no fresh interpreter for nobody
             elif isinstance(error, ForkRefused):
-                launch.state, launch.note = "fresh", f"the template may not fork: {error.reason}"
-                logger.info("kerasmagic: isolation template %s retired: %s", template.pid, error.reason)
-                with self._lock:
-                    if template in self._templates:
-                        self._templates.remove(template)
-                        self._ending.append(template)
-                template.retire()
+                why = "the template may not fork" if error.retire else "this fork failed"
+                launch.state, launch.note = "fresh", f"{why}: {error.reason}"
+                if error.retire:
+                    logger.info("kerasmagic: isolation template %s retired: %s", template.pid, error.reason)
+                    with self._lock:
+                        if template in self._templates:
+                            self._templates.remove(template)
+                            self._ending.append(template)
+                    template.retire()
                 self._launch_fresh(spec, launch)
             else:
-                launch.future.set_exception(error)
+                _fail_launch(launch, error)
 
         def ready(future: Future) -> None:
+            with self._lock:
+                template.waiting.discard(id(launch))
             launch.template_pid = template.pid
             error = future.exception()
             if error is not None:
-                if launch.future.set_running_or_notify_cancel():
-                    launch.future.set_exception(error)
+                _fail_launch(launch, error)
                 return
             launch.template_threads = list(template.ready_info.get("threads", []))
             if launch.future.cancelled():
                 return
-            template.fork(spec, directory).add_done_callback(forked)
+            template.fork(spec, directory).add_done_callback(_guarded(launch, forked))
 
-        template.ready.add_done_callback(ready)
+        template.ready.add_done_callback(_guarded(launch, ready))
         return launch
 
     def _launch_fresh(self, spec: WorkerSpec, launch: Launch) -> None:
@@ -799,8 +956,7 @@ class WorkerPool:
             try:
                 worker = _spawn_fresh(spec)
             except BaseException as exc:  # noqa: BLE001 - handed to the waiting job
-                if launch.future.set_running_or_notify_cancel():
-                    launch.future.set_exception(exc)
+                _fail_launch(launch, exc)
                 return
             self._adopt(worker, launch)
 
@@ -809,12 +965,18 @@ class WorkerPool:
     def _adopt(self, worker: JobProcess, launch: Launch) -> None:
         with self._lock:
             closed = self._closed
-            if not closed:
-                self._running.add(worker)
-        if closed or launch.future.cancelled() or not launch.future.set_running_or_notify_cancel():
-            worker.kill()
+            self._running.add(worker)
+        if closed or not launch.future.set_running_or_notify_cancel():
+            self._release_elsewhere(worker)
             return
         launch.future.set_result(worker)
+
+    def _release_elsewhere(self, worker: JobProcess) -> None:
+        """Release from another thread: this may be a template's reader thread, and releasing
+        a forked child waits for the exit status that very thread delivers."""
+        worker.end_group()
+        threading.Thread(target=self.release, args=(worker,), daemon=True,
+                         name=f"kerasmagic-isolation-release-{worker.pid}").start()
 
     def abandon(self, launch: Launch) -> None:
         """Nobody wants this launch's process any more (timeout, Ctrl-C, another job failed).
@@ -824,12 +986,16 @@ class WorkerPool:
         """
         if not launch.future.cancel():
             launch.future.add_done_callback(
-                lambda f: f.cancelled() or f.exception() is not None or self.release(f.result()))
+                lambda f: f.cancelled() or f.exception() is not None or self._release_elsewhere(f.result()))
         template = launch.template
-        if template is not None and template.state == "starting":
-            with self._lock:
-                if template in self._templates:
-                    self._templates.remove(template)
+        if template is None:
+            return
+        with self._lock:
+            template.waiting.discard(id(launch))
+            stop = template.state == "starting" and not template.waiting  # nobody else waits for it
+            if stop and template in self._templates:
+                self._templates.remove(template)
+        if stop:
             template.kill()
 
     def release(self, worker: JobProcess) -> None:
@@ -838,7 +1004,7 @@ class WorkerPool:
         with self._lock:
             self._running.discard(worker)
         if isinstance(worker, ForkedWorker):
-            worker.template.forget(worker.pid)
+            worker.template.done_with(worker.pid)
 
     def running(self) -> int:
         """How many jobs have a process now."""

@@ -11,15 +11,18 @@ every job's process group.
 from __future__ import annotations
 
 import codecs
+import logging
 import os
 import pickle
 import selectors
 import shutil
 import signal
 import sys
+import threading
 import time
 import warnings
-from typing import Any, Callable
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator
 
 from .. import events
 from ..probes.process import rss_bytes
@@ -28,6 +31,8 @@ from .errors import (IsolatedCellError, IsolatedCrash, IsolatedInterrupt, Isolat
 from .pool import JobProcess, Launch, TemplateFailed, WorkerPool, WorkerSpec, default_pool
 from .result import IsolatedResult
 from .shipping import FrameworkNotImported, decode, describe
+
+logger = logging.getLogger(__name__)
 
 SAMPLE_INTERVAL_S = 0.25
 _TAIL_CHARS = 8192
@@ -123,6 +128,7 @@ class JobRun:
         self.exited_at: float | None = None
         self.finish_deadline = 0.0
         self.deadline: float | None = None
+        self.warning: str | None = None  # issued once the job's process is released
         result.frameworks = list(spec.preload)
 
     # --- phases ---------------------------------------------------------------------------
@@ -165,7 +171,7 @@ class JobRun:
             selector.register(fd, selectors.EVENT_READ, (self, stream))
         self.phase = "starting"
 
-    def on_ready(self, message: dict[str, Any]) -> None:
+    def on_ready(self, message: dict[str, Any], selector: selectors.BaseSelector) -> None:
         assert self.worker is not None
         self.worker.ready_info = message
         result = self.result
@@ -177,7 +183,7 @@ class JobRun:
         try:
             self.worker.conn.send_bytes(pickle.dumps(self.job.message(), protocol=5))
         except OSError as exc:  # BrokenPipeError, ConnectionResetError: it died after it was ready
-            self._died_before_the_job(exc)
+            self._died_before_the_job(exc, selector)
 
     def check(self, now: float, selector: selectors.BaseSelector) -> None:
         """Advance what needs no I/O: launches that finished, deadlines, exits."""
@@ -252,7 +258,7 @@ class JobRun:
             return  # a process the job forked shares the channel: only the job's own messages count
         kind = message.get("kind")
         if kind == "ready" and self.phase == "starting":
-            self.on_ready(message)
+            self.on_ready(message, selector)
         elif kind == "failed":
             self.final = message
             self._close_channel(selector)
@@ -353,9 +359,9 @@ class JobRun:
         log = self.worker.import_failure()
         self._import_failed(None, log or f"nothing (exit code {code})")
 
-    def _died_before_the_job(self, exc: OSError) -> None:
+    def _died_before_the_job(self, exc: OSError, selector: selectors.BaseSelector) -> None:
         assert self.worker is not None
-        self.worker.end_group()
+        self.stop(selector)  # its descriptors leave the loop before they are closed and reused
         code = _wait_for_exit(self.worker, 2.0)
         self._record_exit(code)
         self._fail(IsolatedCrash(
@@ -439,7 +445,7 @@ class JobRun:
                 result, exc_type=final["exc_type"], exc_message=final["exc_message"],
                 child_traceback=final["traceback"]), "error")
             return
-        _bring_back(final, result)
+        self.warning = _bring_back(final, result)
 
 
 def _env_overrides(spec: WorkerSpec) -> list[str]:
@@ -464,8 +470,9 @@ def drive(runs: list[JobRun], *, pool: WorkerPool | None = None, at_once: int = 
     """Run ``runs``, at most ``at_once`` at a time, in this (the main) thread; fills each ``.result``.
 
     With ``stop_on_error``, the first failure kills the jobs still running and ends the loop
-    (the rest stay ``queued``). A Ctrl-C kills every running job and re-raises as
-    :class:`IsolatedInterrupt`. Each run's job folder is removed when it ends.
+    (the rest are ``cancelled``). A Ctrl-C kills every running job and re-raises as
+    :class:`IsolatedInterrupt`. Whatever ends the loop (an exception too), every job's
+    process group is ended and its folder removed before it returns.
     """
     __tracebackhide__ = True  # noqa: F841
     pool = pool or default_pool()
@@ -473,6 +480,7 @@ def drive(runs: list[JobRun], *, pool: WorkerPool | None = None, at_once: int = 
     active: list[JobRun] = []
     selector = selectors.DefaultSelector()
     notify = on_change or (lambda run: None)
+    interrupted = False
     try:
         while queued or active:
             while queued and len(active) < at_once:
@@ -497,31 +505,67 @@ def drive(runs: list[JobRun], *, pool: WorkerPool | None = None, at_once: int = 
                     _end(run, pool)
                 if run.phase != before:
                     notify(run)
+                _warn(run)
             if stop_on_error and any(run.error is not None for run in runs):
-                for run in active:
-                    run.stop(selector)
-                    _end(run, pool)
-                    run.phase = "cancelled"
-                    run.result.status = "cancelled"
-                    notify(run)
-                active = []
                 break
     except KeyboardInterrupt:
-        for run in active:
-            run.interrupted(selector)
-            _end(run, pool)
-            notify(run)
-        interrupted = [run for run in active if isinstance(run.error, IsolatedInterrupt)]
-        if interrupted:
-            raise interrupted[0].error from None
-        raise IsolatedInterrupt("interrupted before an isolated job started") from None
+        interrupted = True
     finally:
-        selector.close()
-        for run in queued:  # never started: another job failed first, or Ctrl-C
-            run.phase = "cancelled"
-            run.result.status = "cancelled"
-            if run.job.owns_directory:
-                shutil.rmtree(run.job.directory, ignore_errors=True)
+        with _interrupts_deferred() as deferred:
+            for run in active:
+                try:
+                    if interrupted:
+                        run.interrupted(selector)
+                    elif run.phase != "over":
+                        run.stop(selector)
+                        run.phase = "cancelled"
+                        run.result.status = "cancelled"
+                    _end(run, pool)
+                    notify(run)
+                except Exception:  # noqa: BLE001 - one run's failure must not leave the others running
+                    logger.exception("kerasmagic: ending isolated job %s failed", run.result.label)
+            for run in queued:  # never started: another job failed first, or Ctrl-C
+                run.phase = "cancelled"
+                run.result.status = "cancelled"
+                if run.job.owns_directory:
+                    shutil.rmtree(run.job.directory, ignore_errors=True)
+            selector.close()
+        interrupted = interrupted or deferred.happened
+    if interrupted:
+        stopped = [run.error for run in active if isinstance(run.error, IsolatedInterrupt)]
+        if stopped:
+            raise stopped[0] from None
+        finished = [run for run in runs if run.phase == "over"]
+        if finished:
+            raise IsolatedInterrupt(f"interrupted after the isolated job finished (pid {finished[-1].result.worker_pid}); "
+                                    "its values were not brought back", finished[-1].result) from None
+        raise IsolatedInterrupt("interrupted before an isolated job started") from None
+
+
+class _Deferred:
+    happened = False
+
+
+@contextmanager
+def _interrupts_deferred() -> Iterator[_Deferred]:
+    """Hold a second Ctrl-C until the cleanup is done (a cleanup cut short leaks processes)."""
+    state = _Deferred()
+    if threading.current_thread() is not threading.main_thread():
+        yield state
+        return
+
+    def note(signum: int, frame: Any) -> None:
+        state.happened = True
+
+    try:
+        saved = signal.signal(signal.SIGINT, note)
+    except (ValueError, TypeError):
+        yield state
+        return
+    try:
+        yield state
+    finally:
+        signal.signal(signal.SIGINT, saved)
 
 
 def _end(run: JobRun, pool: WorkerPool) -> None:
@@ -593,7 +637,7 @@ def _framework_advice(modules: list[str]) -> str:
             "model.get_weights(), a saved file's path)")
 
 
-def _bring_back(final: dict[str, Any], result: IsolatedResult) -> None:
+def _bring_back(final: dict[str, Any], result: IsolatedResult) -> str | None:
     started = time.perf_counter()
     warn_about = dict(result.not_returned)  # what the worker could not send
     frameworks: list[str] = []  # refused, not imported: named once in the warning with what to do
@@ -625,11 +669,18 @@ def _bring_back(final: dict[str, Any], result: IsolatedResult) -> None:
             warn_about[name] = result.not_returned[name] = \
                 f"rebuilding it in the kernel failed: {type(exc).__name__}: {exc}"
     result.ship_out_s = time.perf_counter() - started
-    if warn_about:
-        listing = "; ".join(f"{name}: {why}" for name, why in warn_about.items())
+    if not warn_about:
+        return None
+    listing = "; ".join(f"{name}: {why}" for name, why in warn_about.items())
+    advice = _framework_advice(frameworks) if frameworks else ""
+    return f"these values did not come back from the isolated process: {listing}{advice}"
+
+
+def _warn(run: JobRun) -> None:
+    if run.warning:
+        message, run.warning = run.warning, None
         # warn_explicit with no registry: Python's default filter shows it every time (a
         # location-based warning shows once per line, so a loop would hide later failures),
-        # and it names the run, not a line of kerasmagic.
-        advice = _framework_advice(frameworks) if frameworks else ""
-        warnings.warn_explicit(f"these values did not come back from the isolated process: {listing}{advice}",
-                               IsolationWarning, f"<{result.label}>", 0, module="kerasmagic.isolation")
+        # and it names the run, not a line of kerasmagic. Issued after the run's cleanup:
+        # under `-W error` it raises, and nothing may be left behind then.
+        warnings.warn_explicit(message, IsolationWarning, f"<{run.result.label}>", 0, module="kerasmagic.isolation")

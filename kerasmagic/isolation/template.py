@@ -29,6 +29,7 @@ import shutil
 import signal
 import socket
 import sys
+import tempfile
 import time
 import traceback
 from typing import Any
@@ -219,7 +220,8 @@ class Template:
         self.parent_pid = parent_pid
         self.log_path = log_path
         self.safety = safety
-        self.children: dict[int, str] = {}  # pid -> the job's folder
+        self.children: dict[int, str] = {}  # pid -> the job's folder, until the kernel says "reap"
+        self.exited: set[int] = set()  # children whose end was reported (zombies until "reap")
         self.retiring = False
         self.wake_read, self.wake_write = os.pipe()
         os.set_blocking(self.wake_read, False)
@@ -254,32 +256,43 @@ class Template:
             data, fds = b"", []
         if not data:
             _close_fds(fds)
-            self.kernel_gone()  # the pool closed us: nothing may outlive it
-        message = pickle.loads(data)
-        kind = message.get("kind")
-        if kind == "fork":
-            self.fork(message, fds)
-        elif kind == "retire":
-            self.retiring = True
-            _close_fds(fds)
-        else:
-            _close_fds(fds)
+            self.kernel_gone(kernel_dead=False)  # the pool closed us: nothing may outlive it
+        try:
+            message = pickle.loads(data)
+            kind = message.get("kind")
+            if kind == "fork":
+                self.fork(message, fds)
+                return
+            if kind == "retire":
+                self.retiring = True
+            elif kind == "reap":
+                self.release_zombie(message["pid"])
+        except Exception:  # noqa: BLE001 - a bad request must never end the template and its jobs
+            traceback.print_exc()  # into the template's log
+        _close_fds(fds)
 
     def fork(self, request: dict[str, Any], fds: list[int]) -> None:
         job_id = request["job_id"]
         if self.retiring:
             _close_fds(fds)
-            _send(self.control, {"kind": "refused", "job_id": job_id, "reason": "the template is retiring"})
+            _send(self.control, {"kind": "refused", "job_id": job_id, "reason": "the template is retiring",
+                                 "retire": True})
             return
         problem = self.safety.problem()
         if problem:
             _close_fds(fds)
             self.retiring = True
-            _send(self.control, {"kind": "refused", "job_id": job_id, "reason": problem})
+            _send(self.control, {"kind": "refused", "job_id": job_id, "reason": problem, "retire": True})
             return
         sys.stdout.flush()
         sys.stderr.flush()
-        pid = os.fork()
+        try:
+            pid = os.fork()
+        except OSError as exc:  # ENOMEM, EAGAIN (ulimit -u): this job runs fresh, the others go on
+            _close_fds(fds)
+            _send(self.control, {"kind": "refused", "job_id": job_id, "reason": f"fork() failed: {exc}",
+                                 "retire": False})
+            return
         if pid == 0:
             try:
                 self.become_job(request, fds)
@@ -307,18 +320,37 @@ class Template:
         worker.serve_forked_job(channel_fd, self.watch_fd, os.getppid())
 
     def reap(self) -> None:
-        while self.children:
-            try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                self.children.clear()
-                return
-            if pid == 0:
-                return
-            self.children.pop(pid, None)
-            _send(self.control, {"kind": "exited", "pid": pid, "returncode": os.waitstatus_to_exitcode(status)})
+        """Report each child that ended, but leave it a zombie until the kernel says "reap".
 
-    def kernel_gone(self) -> None:
+        While it is a zombie its pid (and so its process group's id) cannot be reused: the
+        kernel's last ``killpg`` of the job's group (for what the job started) can then never
+        hit an unrelated process that got the same number.
+        """
+        for pid in [p for p in self.children if p not in self.exited]:
+            try:
+                info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+            except ChildProcessError:
+                info = None
+                self.exited.add(pid)
+                _send(self.control, {"kind": "exited", "pid": pid, "returncode": None})
+                continue
+            if info is None or info.si_pid == 0:
+                continue
+            code = info.si_status if info.si_code == os.CLD_EXITED else -info.si_status
+            self.exited.add(pid)
+            _send(self.control, {"kind": "exited", "pid": pid, "returncode": code})
+
+    def release_zombie(self, pid: int) -> None:
+        """The kernel is done with this child: collect it, its pid is free again."""
+        if pid in self.children:
+            try:
+                os.waitpid(pid, 0)
+            except ChildProcessError:
+                pass
+            self.children.pop(pid, None)
+            self.exited.discard(pid)
+
+    def kernel_gone(self, kernel_dead: bool = True) -> None:
         """The kernel died or closed us: end every job's process group, remove their files, exit."""
         for pid, directory in list(self.children.items()):
             for kill in (os.killpg, os.kill):
@@ -327,6 +359,12 @@ class Template:
                 except OSError:
                     pass
             shutil.rmtree(directory, ignore_errors=True)
+        # The kernel's own "my files are in use" locks (pool.hold_owner_lock) go with it.
+        for folder in (tempfile.gettempdir(), "/dev/shm") if kernel_dead else ():
+            try:
+                os.unlink(os.path.join(folder, f"kerasmagic-kernel-{self.parent_pid}-owner.lock"))
+            except OSError:
+                pass
         self.exit(PARENT_GONE_EXIT)
 
     def exit(self, code: int) -> None:
