@@ -105,3 +105,37 @@ def _recording_stdout():
         yield stream
     finally:
         sys.stdout = saved
+
+
+@pytest.fixture
+def dying_pool():
+    """A real pool whose job processes are really SIGKILLed between "ready" and the job."""
+    import os
+    import signal
+    import threading
+    import time
+
+    from kerasmagic.isolation.pool import WorkerPool
+
+    class _PoolWhoseWorkerDiesAfterReady(WorkerPool):
+        """A real pool whose job process is really SIGKILLed between being ready and taking the job
+        (the window in which a machine's OOM killer or a stray `kill` can hit it)."""
+
+        def launch(self, spec, directory):
+            from kerasmagic.isolation.pool import Launch
+
+            inner = super().launch(spec, directory)
+            outer = Launch(state=inner.state)
+
+            def kill_once_ready():
+                worker = inner.future.result(timeout=120)
+                assert worker.conn.poll(120)  # its "ready" message is there, not yet read
+                os.kill(worker.pid, signal.SIGKILL)
+                while worker.poll() is None:
+                    time.sleep(0.01)
+                outer.future.set_result(worker)
+
+            threading.Thread(target=kill_once_ready, name="test-killer").start()
+            return outer
+
+    return _PoolWhoseWorkerDiesAfterReady

@@ -159,28 +159,6 @@ def test_importing_isolation_is_cheap():
     assert output.strip() == "[]"
 
 
-class _PoolWhoseWorkerDiesAfterReady(WorkerPool):
-    """A real pool whose job process is really SIGKILLed between being ready and taking the job
-    (the window in which a machine's OOM killer or a stray `kill` can hit it)."""
-
-    def launch(self, spec, directory):
-        from kerasmagic.isolation.pool import Launch
-
-        inner = super().launch(spec, directory)
-        outer = Launch(state=inner.state)
-
-        def kill_once_ready():
-            worker = inner.future.result(timeout=120)
-            assert worker.conn.poll(120)  # its "ready" message is there, not yet read
-            os.kill(worker.pid, signal.SIGKILL)
-            while worker.poll() is None:
-                time.sleep(0.01)
-            outer.future.set_result(worker)
-
-        threading.Thread(target=kill_once_ready, name="test-killer").start()
-        return outer
-
-
 def _run_job_with(pool, code="x = 1"):
     from kerasmagic.isolation.pool import worker_spec
     from kerasmagic.isolation.result import IsolatedResult
@@ -191,8 +169,8 @@ def _run_job_with(pool, code="x = 1"):
                    pool=pool)
 
 
-def test_a_worker_dying_before_it_gets_the_job_is_a_crash_not_a_broken_pipe():
-    pool = _PoolWhoseWorkerDiesAfterReady(size=1)
+def test_a_worker_dying_before_it_gets_the_job_is_a_crash_not_a_broken_pipe(dying_pool):
+    pool = dying_pool(size=1)
     try:
         with pytest.raises(IsolatedCrash) as info:
             _run_job_with(pool)
