@@ -15,19 +15,14 @@ import threading
 import time
 import types
 import weakref
+from collections.abc import MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from . import events
 from .errors import KerasMagicUsageError, check_seed
-from .holders import (
-    OUTPUT_CACHE_ALIASES,
-    PROTECTED_NAMES,
-    collect_heavy,
-    is_output_cache_name,
-    pins_heavy,
-    running_shell,
-)
+from .holders import collect_heavy, last_exception_refs, pins_heavy, running_shell
+from .ipython_names import OUTPUT_CACHE_ALIASES, ipython_role, is_output_cache_name
 from .probes import keras as keras_probe
 from .probes import process as process_probe
 from .probes import tensorflow as tf_probe
@@ -213,13 +208,23 @@ class _StepTimer:
 
 
 def _validate_names(names: tuple[str, ...], namespace: dict[str, Any], in_ipython: bool) -> tuple[str, ...]:
-    """The names, each once, after checking every one: nothing is deleted unless all are valid."""
-    names = tuple(dict.fromkeys(names))
+    """The names, each once, after checking every one: nothing is deleted unless all are valid.
+
+    IPython's own names are refused (deleting ``_oh`` breaks every later cell with a value,
+    ``_dh`` breaks ``%cd``), except its output-cache names ``_``, ``_N``: deleting one drops that
+    output and its copies, which IPython recreates as it goes.
+    """
     for name in names:
+        # Before dict.fromkeys(): an unhashable "name" must get this message, not a TypeError.
         if not isinstance(name, str) or not name.isidentifier():
             raise KerasMagicUsageError(f"{name!r} is not a variable name; pass names like clear_tf('model')")
-        if name in PROTECTED_NAMES:
-            raise KerasMagicUsageError(f"refusing to delete {name!r}: IPython needs it")
+    names = tuple(dict.fromkeys(names))
+    for name in names:
+        role = ipython_role(name)
+        if role is not None and not is_output_cache_name(name):
+            raise KerasMagicUsageError(
+                f"refusing to delete {name!r}: IPython needs it ({role}); nothing was deleted; "
+                "name only your own variables (%who lists them)")
         if name not in namespace:
             where = "(%who lists your variables)" if in_ipython else (
                 "(without IPython names are looked up in the caller's module globals: "
@@ -293,24 +298,18 @@ def _drop_cache_entries(shell, matches) -> list[str]:
 
 
 def _drop_last_exception(shell) -> list[str]:
-    """Forget the last exception everywhere Python and IPython keep it (and its frames)."""
+    """Forget the last exception everywhere Python and IPython keep it (and its frames): every
+    holder of ``LAST_EXCEPTION_HOLDERS``, the table ``%tf_mem --who`` reports from."""
     dropped = []
-    value = getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)
-    for attribute in ("last_exc", "last_value", "last_traceback", "last_type"):
-        if getattr(sys, attribute, None) is not None:
+    refs = last_exception_refs(shell)
+    value = next((v for _, _, _, v in refs if issubclass(type(v), BaseException)), None)
+    for where, owner, attribute, _ in refs:
+        if owner is sys:
             delattr(sys, attribute)
-            dropped.append(f"sys.{attribute}")
-    if shell is not None:
-        for formatter_name in ("InteractiveTB", "SyntaxTB"):
-            formatter = getattr(shell, formatter_name, None)
-            if getattr(formatter, "tb", None) is not None:
-                formatter.tb = None
-                dropped.append(f"shell.{formatter_name}.tb")
-        for result_name in ("last_execution_result",):
-            result = getattr(shell, result_name, None)
-            if result is not None and getattr(result, "error_in_exec", None) is not None:
-                result.error_in_exec = None
-                dropped.append(f"shell.{result_name}.error_in_exec")
+        else:
+            setattr(owner, attribute, None)
+        dropped.append(where)
+    del refs
     if dropped and value is not None:
         dropped.insert(0, f"last exception {type(value).__name__} (its frames' locals; %debug can no longer open it)")
     return dropped
@@ -515,13 +514,17 @@ def clear_tf(
         namespace: where ``names`` live when there is no shell.
 
     Raises:
-        KerasMagicUsageError: a name is not a variable; nothing was deleted.
+        KerasMagicUsageError: a name is not a variable, or is one IPython needs (``_oh``,
+            ``get_ipython``, ...), or ``namespace`` is not a dict; nothing was deleted.
 
     Example:
         >>> from kerasmagic import clear_tf
         >>> report = clear_tf("model", seed=0)        # doctest: +SKIP
         >>> print(report)                             # doctest: +SKIP
     """
+    if namespace is not None and not isinstance(namespace, MutableMapping):
+        raise KerasMagicUsageError(
+            f"namespace must be a dict of variables, e.g. globals(); got {type(namespace).__name__}")
     if shell is None:
         shell = running_shell()
     if namespace is None:

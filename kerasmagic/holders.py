@@ -3,29 +3,56 @@
 The places a notebook hides references, each verified in ``background.md``: the user's
 variables (and containers one level down), IPython's output cache (``Out[n]``, ``_n``,
 ``_``/``__``/``___`` and the copies in ``user_ns_hidden`` and on the display hook),
-``History.model``, and the last exception's traceback frames (``sys.last_*``, IPython's
-``InteractiveTB.tb``, ``last_execution_result.error_in_exec``).
+``History.model``, and the last exception's traceback frames (``LAST_EXCEPTION_HOLDERS``:
+``sys.last_*``, IPython's ``InteractiveTB.tb`` and ``SyntaxTB``, ``last_execution_result.error_in_exec``).
+Which names are IPython's rather than the user's is decided by :mod:`kerasmagic.ipython_names`.
 """
 
 from __future__ import annotations
 
 import gc
 import sys
+import types
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
+from .ipython_names import OUTPUT_CACHE_ALIASES, is_ipython_name, is_output_cache_name
 from .probes import keras as keras_probe
 from .probes.availability import Unavailable
 from .tables import Report, Section, format_bytes
 
-__all__ = ['OUTPUT_CACHE_ALIASES', 'PROTECTED_NAMES', 'HeavyObject', 'Holder', 'HolderReport', 'collect_heavy', 'describe',
-           'exception_holders', 'find_holders', 'is_heavy', 'is_output_cache_name', 'iter_references', 'live_models',
-           'pins_heavy', 'running_shell', 'tensor_nbytes', 'user_variable_names']
+__all__ = ['LAST_EXCEPTION_HOLDERS', 'OUTPUT_CACHE_ALIASES', 'HeavyObject', 'Holder', 'HolderReport', 'collect_heavy',
+           'describe', 'exception_holders', 'find_holders', 'is_heavy', 'is_output_cache_name', 'iter_references',
+           'last_exception_refs', 'live_models', 'pins_heavy', 'running_shell', 'tensor_nbytes',
+           'user_variable_names']
 
 #: Arrays and tensors smaller than this are not worth listing.
 LARGE_OBJECT_BYTES = 1 << 20
-OUTPUT_CACHE_ALIASES = ("_", "__", "___")
-PROTECTED_NAMES = {"In", "Out", "get_ipython", "exit", "quit", "__builtins__", "__builtin__"}
+
+#: Every place Python and IPython keep the last exception, and so the locals of its frames, as
+#: (owner, attribute): owner ``sys`` is the sys module, ``shell.X`` the shell's attribute X.
+#: ``%tf_mem --who`` reports what these hold and ``%clear_tf`` drops them: one table for both.
+LAST_EXCEPTION_HOLDERS: tuple[tuple[str, str], ...] = (
+    ("sys", "last_exc"),
+    ("sys", "last_value"),
+    ("sys", "last_traceback"),
+    ("sys", "last_type"),
+    ("shell.InteractiveTB", "tb"),
+    ("shell.SyntaxTB", "tb"),
+    ("shell.SyntaxTB", "last_syntax_error"),
+    ("shell.last_execution_result", "error_in_exec"),
+)
+
+
+def _isinstance(obj: Any, classes: tuple[type, ...]) -> bool:
+    """``isinstance`` for any user object: one whose ``__class__`` raises (a lazy proxy, a
+    half-initialised object) is judged by ``type(obj)`` instead of breaking a report."""
+    if not classes:
+        return False
+    try:
+        return isinstance(obj, classes)
+    except Exception:  # noqa: BLE001 - a raising __class__ property
+        return issubclass(type(obj), classes)
 
 
 def tensor_nbytes(obj: Any) -> int | None:
@@ -59,8 +86,7 @@ def tensor_nbytes(obj: Any) -> int | None:
 
 def is_heavy(obj: Any) -> bool:
     """A Keras model, or an array/tensor of at least ``LARGE_OBJECT_BYTES``."""
-    classes = keras_probe.model_classes()
-    if classes and isinstance(obj, classes):
+    if _isinstance(obj, keras_probe.model_classes()):
         return True
     size = tensor_nbytes(obj)
     return size is not None and size >= LARGE_OBJECT_BYTES
@@ -80,8 +106,7 @@ def pins_heavy(obj: Any) -> bool:
 
 def describe(obj: Any) -> dict[str, Any]:
     """What an object is and how many bytes it keeps alive."""
-    classes = keras_probe.model_classes()
-    if classes and isinstance(obj, classes):
+    if _isinstance(obj, keras_probe.model_classes()):
         footprint = keras_probe.model_footprint(obj)
         total = 0
         for key in ("weight_bytes", "optimizer_bytes"):
@@ -103,8 +128,7 @@ class Holder:
 
 
 def _history_model(obj: Any) -> Any:
-    classes = keras_probe.history_classes()
-    if classes and isinstance(obj, classes):
+    if _isinstance(obj, keras_probe.history_classes()):
         return getattr(obj, "model", None)
     return None
 
@@ -147,49 +171,80 @@ def _unguarded_children(name: str, value: Any) -> Iterator[tuple[str, Any]]:
 
 
 def user_variable_names(shell) -> list[str]:
-    """Names the user defined, ``_private`` ones included: not IPython's hidden, cache or dunder names.
+    """Names the user defined, ``_private`` ones included: not IPython's (``is_ipython_name``).
 
     Example:
         >>> shell = get_ipython(); shell.run_cell("_m = 1; m = 2")     # doctest: +SKIP
         >>> {"_m", "m"} <= set(user_variable_names(shell))              # doctest: +SKIP
         True
     """
-    hidden = shell.user_ns_hidden
-    names = []
-    for name, value in list(shell.user_ns.items()):
-        if name in PROTECTED_NAMES or is_output_cache_name(name) or name.startswith("__"):
+    return [name for name in list(shell.user_ns) if not is_ipython_name(name, shell)]
+
+
+def _exception_owner(shell, owner: str) -> Any:
+    if owner == "sys":
+        return sys
+    if shell is None:
+        return None
+    obj = shell
+    for part in owner.split(".")[1:]:
+        obj = getattr(obj, part, None)
+    return obj
+
+
+def last_exception_refs(shell) -> list[tuple[str, Any, str, Any]]:
+    """The entries of ``LAST_EXCEPTION_HOLDERS`` that hold something now, as
+    (where, owner object, attribute, value); ``where`` reads e.g. ``shell.InteractiveTB.tb``."""
+    found = []
+    for owner_name, attribute in LAST_EXCEPTION_HOLDERS:
+        owner = _exception_owner(shell, owner_name)
+        try:
+            value = getattr(owner, attribute, None) if owner is not None else None
+        except Exception:  # noqa: BLE001 - a broken property must not break a report
+            value = None
+        if value is not None:
+            found.append((f"{owner_name}.{attribute}", owner, attribute, value))
+    return found
+
+
+def _tracebacks(value: Any) -> Iterator[types.TracebackType]:
+    """The tracebacks an exception or traceback keeps alive, chained exceptions included."""
+    seen: set[int] = set()
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if item is None or id(item) in seen:
             continue
-        if name in ("_i", "_ii", "_iii", "_oh", "_dh", "_sh") or (name.startswith("_i") and name[2:].isdigit()):
-            continue  # IPython's input history and shortcuts
-        if name in hidden and hidden[name] is value:
-            continue
-        names.append(name)
-    return names
+        seen.add(id(item))
+        if type(item) is types.TracebackType:
+            yield item
+        elif issubclass(type(item), BaseException):
+            stack.extend((item.__context__, item.__cause__, item.__traceback__))
 
 
-def is_output_cache_name(name: str) -> bool:
-    """``_``, ``__``, ``___`` and ``_N``: where IPython's output cache puts displayed values.
+def exception_holders(shell=None) -> Iterator[tuple[str, Any]]:
+    """Locals of the frames the last exception keeps alive, as (where, value).
 
-    Example:
-        >>> is_output_cache_name("_12"), is_output_cache_name("_model")
-        (True, False)
+    Every holder in ``LAST_EXCEPTION_HOLDERS`` is followed (``shell`` for IPython's); a frame's
+    label names the holders that reach it, e.g. ``... via sys.last_value, shell.InteractiveTB.tb``.
     """
-    return name in OUTPUT_CACHE_ALIASES or (name[:1] == "_" and name[1:].isdigit())
-
-
-def exception_holders() -> Iterator[tuple[str, Any]]:
-    """Locals of the frames of the last exception, as (where, value)."""
-    tb = getattr(sys, "last_traceback", None)
-    value = getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)
-    if tb is None and value is not None:
-        tb = value.__traceback__
-    label = type(value).__name__ if value is not None else "exception"
-    while tb is not None:
-        frame = tb.tb_frame
-        if frame.f_code.co_name != "<module>":  # module frames are the user namespace itself
-            for local_name, local_value in list(frame.f_locals.items()):
-                yield f"last exception ({label}): frame {frame.f_code.co_name}() local {local_name!r}", local_value
-        tb = tb.tb_next
+    refs = last_exception_refs(shell)
+    exception = next((value for _, _, _, value in refs if issubclass(type(value), BaseException)), None)
+    label = type(exception).__name__ if exception is not None else "exception"
+    frames: dict[int, tuple[types.FrameType, list[str]]] = {}
+    for where, _owner, _attribute, value in refs:
+        for tb in _tracebacks(value):
+            while tb is not None:
+                _frame, via = frames.setdefault(id(tb.tb_frame), (tb.tb_frame, []))
+                if where not in via:
+                    via.append(where)
+                tb = tb.tb_next
+    for frame, via in frames.values():
+        if frame.f_code.co_name == "<module>":  # module frames are the user namespace itself
+            continue
+        for local_name, local_value in list(frame.f_locals.items()):
+            yield (f"last exception ({label}): frame {frame.f_code.co_name}() local {local_name!r} "
+                   f"via {', '.join(via)}", local_value)
 
 
 def iter_references(shell) -> Iterator[Holder]:
@@ -220,7 +275,7 @@ def iter_references(shell) -> Iterator[Holder]:
     last_result = getattr(shell, "last_execution_result", None)
     if last_result is not None and getattr(last_result, "result", None) is not None:
         yield Holder("last_execution_result.result", "output_cache", last_result.result)
-    for where, value in exception_holders():
+    for where, value in exception_holders(shell):
         yield Holder(where, "exception", value)
 
 
@@ -340,7 +395,10 @@ def live_models() -> list[Any]:
     classes = keras_probe.model_classes()
     if not classes:
         return []
-    models = [obj for obj in gc.get_objects() if isinstance(obj, classes)]
+    try:
+        models = [obj for obj in gc.get_objects() if isinstance(obj, classes)]
+    except Exception:  # noqa: BLE001 - some object's __class__ raises: the slower, guarded scan
+        models = [obj for obj in gc.get_objects() if _isinstance(obj, classes)]
     inner = {id(getattr(model, "_functional", None)) for model in models}
     return [model for model in models if id(model) not in inner]
 

@@ -18,6 +18,7 @@ from IPython.core.magic_arguments import argument, magic_arguments, parse_argstr
 from IPython.display import display
 
 from .errors import KerasMagicUsageError, check_seed, check_timeout
+from .ipython_names import new_variable_name_problem
 
 __all__ = ['KerasMagics', 'current_cell_number']
 
@@ -32,8 +33,15 @@ def _usage_errors() -> Iterator[None]:
 
 
 def _check_var_name(name: str | None, option: str) -> None:
-    if name is not None and not name.isidentifier():
+    """Refuse an ``-o VAR`` we must not assign: not a name, a keyword, or one IPython needs
+    (``-o get_ipython`` would break every later magic, ``-o _oh`` every later output)."""
+    if name is None:
+        return
+    if not name.isidentifier():
         raise UsageError(f"{option} needs a variable name, got {name!r}; e.g. {option} report")
+    problem = new_variable_name_problem(name)
+    if problem is not None:
+        raise UsageError(f"{option} needs a new variable name; {problem}; e.g. {option} report")
 
 
 def _timeout_seconds(text: str | None) -> float | None:

@@ -8,10 +8,10 @@ nothing else in the namespace changes, whatever happens.
 from __future__ import annotations
 
 import builtins
-import re
 import shutil
 import time
 
+from ..ipython_names import is_ipython_name, new_variable_name_problem
 from ..probes.process import rss_bytes
 from .api import check_gpu, check_options, compile_in_kernel, encode_named, parse_in_kernel
 from .cell_names import analyse, uses_get_ipython
@@ -24,19 +24,14 @@ from .shipping import make_job_directory
 __all__ = ['run_cell_isolated']
 
 _CELL_HINT = "build it inside the cell or pass --in with a picklable value"
-# IPython's own entries: the input/output history and its shortcuts, never user data.
-_IPYTHON_NAMES = {"In", "Out", "get_ipython", "exit", "quit", "_", "__", "___", "_i", "_ii", "_iii",
-                  "_ih", "_oh", "_dh", "_sh"}
-_HISTORY_NAME = re.compile(r"^_i?\d+$")
 # The cell's first line under the `%%fresh_model --isolate` line, as the notebook numbers it.
 _FIRST_BODY_LINE = 2
 
 
 def _is_ipython_name(shell, name: str) -> bool:
-    if name in _IPYTHON_NAMES or _HISTORY_NAME.match(name) or (name.startswith("__") and name.endswith("__")):
-        return True
-    hidden = getattr(shell, "user_ns_hidden", {})
-    return name in hidden and shell.user_ns.get(name) is hidden[name]
+    """IPython's own entries (history, shortcuts, dunders, what it put in ``user_ns_hidden``) are
+    never sent (``kerasmagic.ipython_names``: the check ``%tf_mem --who`` and ``%clear_tf`` share)."""
+    return is_ipython_name(name, shell)
 
 
 def cell_inputs(shell, reads: list[str], explicit: list[str]) -> list[str]:
@@ -83,6 +78,10 @@ def run_cell_isolated(shell, cell: str, *, inputs: list[str] | None, outputs: li
             raise IsolationUsageError(f"--in takes variable names; {name!r} is not one")
     if no_return and outputs:
         raise IsolationUsageError("--no-return and --out contradict each other; keep one")
+    for name in outputs or []:
+        problem = new_variable_name_problem(name)
+        if problem:  # `--out In` would overwrite IPython's input history in the notebook
+            raise IsolationUsageError(f"--out names variables to bring back into the notebook; {problem}")
     gpu = check_gpu(gpu)
     code = shell.transform_cell(cell)
     # Errors name lines as the notebook shows them: the magic's own line is line 1. The

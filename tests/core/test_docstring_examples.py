@@ -10,7 +10,8 @@ import pytest
 pytestmark = pytest.mark.unit
 
 MODULES = [
-    "kerasmagic", "kerasmagic.tables", "kerasmagic.events", "kerasmagic.errors", "kerasmagic.holders",
+    "kerasmagic", "kerasmagic.tables", "kerasmagic.events", "kerasmagic.errors", "kerasmagic.ipython_names",
+    "kerasmagic.holders",
     "kerasmagic.snapshot", "kerasmagic.measuring", "kerasmagic.clean", "kerasmagic.fresh",
     "kerasmagic.registry_purge", "kerasmagic.extension", "kerasmagic.magics", "kerasmagic.demo",
     "kerasmagic.probes.availability", "kerasmagic.probes.process", "kerasmagic.probes.keras",

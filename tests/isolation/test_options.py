@@ -95,3 +95,12 @@ def test_a_usage_error_from_the_api_shows_as_one_line_in_ipython():
     with pytest.raises(IsolationUsageError) as info:
         run_isolated("x = 1", timeout=-1)
     assert info.value._render_traceback_() == [f"IsolationUsageError: {info.value}"]
+
+
+@pytest.mark.parametrize("name", ["In", "_oh", "get_ipython"])
+def test_out_refuses_a_name_ipython_needs(isolated_shell, name, no_job_may_start):
+    before = dict(isolated_shell.user_ns)
+    with pytest.raises(IsolationUsageError, match=f"'{name}' is IPython's"):
+        run_cell_isolated(isolated_shell, f"{name} = 1", inputs=None, outputs=[name], no_return=False,
+                          timeout=None, gpu=None, env={}, seed=None, quiet=False)
+    assert isolated_shell.user_ns == before
