@@ -42,6 +42,7 @@ from multiprocessing.connection import Connection
 from typing import Any, Callable
 
 from ..probes.availability import Unavailable
+from ..probes.process import pid_exists
 from .template import LATE_ENV, MAX_CONTROL_BYTES
 
 logger = logging.getLogger(__name__)
@@ -177,16 +178,6 @@ def _read_tail(path: str, lines: int = 15) -> str:
         return ""
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 _owner_locks: list[int] = []
 
 
@@ -239,7 +230,7 @@ def _owner_gone(folder: str, pid: int) -> bool:
     try:
         fd = os.open(path, os.O_RDWR)
     except FileNotFoundError:
-        return not _pid_alive(pid)  # no lock: a kernel of an older version; trust the pid
+        return not pid_exists(pid)  # no lock: a kernel of an older version; trust the pid
     except OSError:
         return False
     try:
@@ -368,6 +359,7 @@ class JobProcess:
             return Unavailable("error", f"reading RSS of pid {self.pid} failed: {exc}")
 
     def close(self) -> None:
+        """Close the kernel's ends of the channels (and whatever else the kind holds). Idempotent."""
         if self._closed:
             return
         self._closed = True
@@ -375,6 +367,9 @@ class JobProcess:
             self.conn.close()
         except OSError:
             pass
+        self._close_rest()
+
+    def _close_rest(self) -> None:
         for fd in (self.stdout_fd, self.stderr_fd):
             try:
                 os.close(fd)
@@ -411,14 +406,7 @@ class FreshWorker(JobProcess):
     def import_failure(self) -> str:
         return _read_tail(self.log_path)
 
-    def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        try:
-            self.conn.close()
-        except OSError:
-            pass
+    def _close_rest(self) -> None:
         if self._watch_write_fd is not None:
             os.close(self._watch_write_fd)
             self._watch_write_fd = None
@@ -447,7 +435,7 @@ class ForkedWorker(JobProcess):
 
     def poll(self) -> int | None:
         code = self.template.exit_code(self.pid)
-        if code is None and self.template.state == "dead" and not _pid_alive(self.pid):
+        if code is None and self.template.state == "dead" and not pid_exists(self.pid):
             return -signal.SIGKILL  # the template died first and took its children along
         return code
 

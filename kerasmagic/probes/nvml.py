@@ -12,6 +12,7 @@ import threading
 from typing import Any
 
 from .availability import Unavailable, guarded
+from .process import pid_exists
 
 __all__ = ['devices', 'initialise', 'shutdown', 'snapshot']
 
@@ -59,16 +60,6 @@ def shutdown() -> None:
         _init_state = None
 
 
-def _pid_exists_here(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _device_info(pynvml, index: int, pid: int) -> dict[str, Any]:
     handle = pynvml.nvmlDeviceGetHandleByIndex(index)
     memory = pynvml.nvmlDeviceGetMemoryInfo(handle)
@@ -81,7 +72,7 @@ def _device_info(pynvml, index: int, pid: int) -> dict[str, Any]:
         for process in processes:
             if process.pid == pid:
                 return int(process.usedGpuMemory or 0)
-        if processes and not any(_pid_exists_here(process.pid) for process in processes):
+        if processes and not any(pid_exists(process.pid) for process in processes):
             # Inside a container NVML reports host PIDs: none of them is visible here, so
             # we cannot tell which one is ours. Otherwise we are simply not on this GPU.
             return Unavailable(

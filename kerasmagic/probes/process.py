@@ -38,6 +38,22 @@ def _process():
     return _psutil_process
 
 
+def pid_exists(pid: int) -> bool:
+    """Whether a process with this pid exists in *this* PID namespace (signal 0, nothing sent).
+
+    Example:
+        >>> pid_exists(os.getpid())
+        True
+    """
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # it exists, it is just not ours to signal
+    return True
+
+
 def rss_bytes() -> int:
     """Resident set size of this process, in bytes (about 20 µs).
 
