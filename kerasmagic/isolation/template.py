@@ -223,6 +223,10 @@ class Template:
         self.children: dict[int, str] = {}  # pid -> the job's folder, until the kernel says "reap"
         self.exited: set[int] = set()  # children whose end was reported (zombies until "reap")
         self.retiring = False
+        self.ending = False
+        # Worked out now: at the kernel's death there must be nothing left to look up.
+        self.owner_lock_paths = [os.path.join(folder, f"kerasmagic-kernel-{parent_pid}-owner.lock")
+                                 for folder in (tempfile.gettempdir(), "/dev/shm")]
         self.wake_read, self.wake_write = os.pipe()
         os.set_blocking(self.wake_read, False)
         os.set_blocking(self.wake_write, False)
@@ -352,6 +356,13 @@ class Template:
 
     def kernel_gone(self, kernel_dead: bool = True) -> None:
         """The kernel died or closed us: end every job's process group, remove their files, exit."""
+        # Once only: the parent-death SIGTERM arrives while the watch pipe's EOF is being
+        # handled, and its handler re-entering here deadlocked on a lock the first call held
+        # (tempfile's, seen under CI). Nothing in here may take a lock the loop might hold.
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        if self.ending:
+            return
+        self.ending = True
         for pid, directory in list(self.children.items()):
             for kill in (os.killpg, os.kill):
                 try:
@@ -360,9 +371,9 @@ class Template:
                     pass
             shutil.rmtree(directory, ignore_errors=True)
         # The kernel's own "my files are in use" locks (pool.hold_owner_lock) go with it.
-        for folder in (tempfile.gettempdir(), "/dev/shm") if kernel_dead else ():
+        for path in self.owner_lock_paths if kernel_dead else ():
             try:
-                os.unlink(os.path.join(folder, f"kerasmagic-kernel-{self.parent_pid}-owner.lock"))
+                os.unlink(path)
             except OSError:
                 pass
         self.exit(PARENT_GONE_EXIT)

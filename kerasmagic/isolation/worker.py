@@ -40,7 +40,13 @@ _send_lock = threading.Lock()
 _job_directory: str | None = None
 
 
+_ending = threading.Lock()
+
+
 def _kernel_gone() -> None:
+    # The watch thread and the parent-death SIGTERM can both get here: one is enough.
+    if not _ending.acquire(blocking=False):
+        return
     if _job_directory:
         shutil.rmtree(_job_directory, ignore_errors=True)
     try:

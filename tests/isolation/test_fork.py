@@ -230,3 +230,20 @@ def test_a_deleted_working_directory_is_not_blamed_on_the_oom_killer(tmp_path):
                           env={**os.environ, "PYTHONPATH": REPO})
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["ok", "True", "[]"], done.stdout
+
+
+def test_the_template_ends_when_its_kernel_is_killed_again_and_again():
+    # The template's two ways of seeing its kernel die (the watch pipe's EOF and the
+    # parent-death SIGTERM) once raced into a deadlock: 1 kill in 25 left a template behind.
+    for _ in range(8):
+        kernel = subprocess.Popen([sys.executable, "-c", _KERNEL], stdout=subprocess.PIPE, text=True, cwd=REPO)
+        try:
+            int(kernel.stdout.readline())
+            ours = [p.pid for p in psutil.Process(kernel.pid).children(recursive=True)]
+            kernel.send_signal(signal.SIGKILL)
+            kernel.wait(10)
+            for pid in ours:
+                assert _gone(pid, within=20), f"pid {pid} outlived the killed kernel: {_describe(pid)}"
+        finally:
+            kernel.kill()
+            kernel.stdout.close()
