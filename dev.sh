@@ -17,7 +17,8 @@ setup_python() {
   fi
   "$VENV/bin/python" -m pip install -q --upgrade pip
   # The editable install builds the JupyterLab extension (hatch-jupyter-builder runs jlpm), so
-  # a fresh clone needs Node; a warm tree skips the build when src/ is older than the output.
+  # a fresh clone needs Node; a warm tree skips the build when labextension/ is older than the
+  # output.
   if ! command -v node >/dev/null 2>&1; then
     if [ "$(id -u)" = 0 ]; then
       log "installing Node.js for the JupyterLab extension build"
@@ -51,6 +52,32 @@ setup_browser() {
   fi
 }
 
+# The sidebar's TypeScript and CSS: ESLint, Prettier and Stylelint, configured as the JupyterLab
+# extension template does (package.json, labextension/eslint.config.mjs). Needs setup_python
+# first: jlpm comes with JupyterLab, node_modules with the extension build.
+check_typescript_style() {
+  log "checking the style of the sidebar's TypeScript and CSS (jlpm lint:check)"
+  # An editable install that found its build up to date ran no `jlpm install`: a tree from
+  # before the linters were added has none.
+  if [ ! -x node_modules/.bin/eslint ]; then
+    PATH="$PWD/$VENV/bin:$PATH" jlpm install
+  fi
+  PATH="$PWD/$VENV/bin:$PATH" jlpm lint:check
+}
+
+# The package's Python: ruff (tests and benchmarks too) and mypy, configured in pyproject.toml.
+check_python_style() {
+  log "checking the Python (ruff check, mypy)"
+  "$VENV/bin/ruff" check kerasmagic tests benchmarks
+  "$VENV/bin/mypy" kerasmagic
+}
+
+# Every style check: `./dev.sh lint` runs it alone, `./dev.sh test` before the tests.
+lint() {
+  check_python_style
+  check_typescript_style
+}
+
 case "${1:-}" in
   demo)
     setup_python
@@ -61,9 +88,14 @@ case "${1:-}" in
     setup_python
     setup_browser
     shift
+    lint
     status=0
     "$VENV/bin/python" -m pytest "$@" || status=$?
     exit $status
+    ;;
+  lint)
+    setup_python
+    lint
     ;;
   lab)
     setup_python
@@ -74,7 +106,7 @@ case "${1:-}" in
     exec "$VENV/bin/jupyter" lab notebooks/ "${lab_args[@]}" "$@"
     ;;
   *)
-    echo "usage: ./dev.sh demo | test [pytest args] | lab" >&2
+    echo "usage: ./dev.sh demo | test [pytest args] | lint | lab" >&2
     exit 2
     ;;
 esac

@@ -61,7 +61,7 @@ def _spawn_target(seed: int, results) -> None:
 
 def _pipe_target(conn) -> None:
     conn.send_bytes(b"ready")
-    array = pickle.loads(conn.recv_bytes())
+    array = pickle.loads(conn.recv_bytes())  # noqa: S301 - bytes from this benchmark's own parent
     conn.send_bytes(str(array.shape).encode())
 
 
@@ -157,7 +157,8 @@ def concurrent_memory(jobs: int) -> list[tuple[str, str, str]]:
         templates = default_pool().template_pids()
         during: list[int] = []
         # The template's PSS while the children share its pages (they end after 3 s).
-        timer = threading.Timer(1.5, lambda: during.append(sum(_pss(pid) for pid in templates)))
+        timer = threading.Timer(1.5, lambda pids, into: into.append(sum(_pss(pid) for pid in pids)),
+                                args=(templates, during))
         timer.start()
         result = isolated_map(hold_memory, [3.0] * jobs, workers=jobs, quiet=True, progress=False, timeout=600)
         timer.join()
@@ -191,7 +192,7 @@ def many_jobs(count: int) -> list[tuple[str, str, str]]:
     from kerasmagic.isolation.pool import default_pool
 
     started = time.perf_counter()
-    for i in range(count):
+    for _ in range(count):
         run_isolated("import os\nx = os.getpid()", quiet=True, timeout=60)
     wall = time.perf_counter() - started
     pid = os.getpid()
@@ -248,7 +249,7 @@ def main() -> None:
     parser.add_argument("--only", nargs="*", help="run only these sections (e.g. --only memory)")
     args = parser.parse_args()
 
-    import keras  # noqa: F401 - as in a notebook: the kernel uses Keras, so the template preloads it
+    import keras  # as in a notebook: the kernel uses Keras, so the template preloads it
 
     from kerasmagic.isolation import shutdown_default_pool
     from kerasmagic.isolation.pool import default_pool

@@ -53,7 +53,8 @@ def main() -> None:
         env.pop("PYTORCH_NVML_BASED_CUDA_CHECK", None)
         if nvml_check:
             env["PYTORCH_NVML_BASED_CUDA_CHECK"] = nvml_check
-        done = subprocess.run([sys.executable, "-c", STAGE, stage], capture_output=True, text=True, env=env, timeout=300)
+        done = subprocess.run([sys.executable, "-c", STAGE, stage], capture_output=True, text=True, env=env,
+                              timeout=300)
         key = f"{stage} NVML_CHECK={nvml_check}"
         try:
             results[key] = json.loads(done.stdout.strip().splitlines()[-1])

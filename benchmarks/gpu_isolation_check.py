@@ -122,7 +122,8 @@ a = torch.empty(512 * 2**20, dtype=torch.uint8, device="cuda")
 b = torch.empty(256 * 2**20, dtype=torch.uint8, device="cuda"); del b
 stats = {k: v for k, v in torch.cuda.memory_stats().items() if k in (
     "allocated_bytes.all.current", "allocated_bytes.all.peak", "reserved_bytes.all.current", "reserved_bytes.all.peak")}
-readings = {"torch": {"memory_allocated": torch.cuda.memory_allocated(), "memory_reserved": torch.cuda.memory_reserved(),
+readings = {"torch": {"memory_allocated": torch.cuda.memory_allocated(),
+                      "memory_reserved": torch.cuda.memory_reserved(),
                       "max_memory_allocated": torch.cuda.max_memory_allocated(), "stats": stats},
             "nvml": nvml.snapshot()}
 import jax
@@ -178,7 +179,8 @@ def main() -> int:
               f"{'met' if slowest <= first + 1 else 'NOT met'})")
         if any(m["visible"] != "0" or not m["device"].startswith("cuda") for m in torch_report["map"]):
             failures.append(f"round-robin did not set the device: {torch_report['map']}")
-    if "error" in report["jax"] or any(j["origin"] != "forked" or j["value"]["platform"] != "gpu" for j in report["jax"]):
+    if "error" in report["jax"] or any(j["origin"] != "forked" or j["value"]["platform"] != "gpu"
+                                       for j in report["jax"]):
         failures.append(f"jax: {report['jax']}")
     refusal = report["refusal"]
     if "error" in refusal or refusal["state"] != "fresh" or "CUDA driver" not in refusal["note"]:

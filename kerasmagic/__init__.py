@@ -26,12 +26,16 @@ _LAZY_EXPORTS = {
     "HolderReport": "kerasmagic.holders",
     "clear_tf": "kerasmagic.clean",
     "CleanReport": "kerasmagic.clean",
+    "cell_growth": "kerasmagic.leak_watch",
+    "CellGrowthReport": "kerasmagic.leak_watch",
     "fresh_model": "kerasmagic.fresh",
     "FreshModelResult": "kerasmagic.fresh",
     "run_isolated": "kerasmagic.isolation",
     "isolated_map": "kerasmagic.isolation",
     "IsolatedMapResult": "kerasmagic.isolation",
     "IsolatedResult": "kerasmagic.isolation",
+    "OnRay": "kerasmagic.isolation.cluster.target",
+    "close_cluster_session": "kerasmagic.isolation.cluster.remote",
 }
 
 __all__ = [
@@ -57,14 +61,15 @@ def __dir__() -> list[str]:
 
 def load_ipython_extension(ipython) -> None:
     """``%load_ext kerasmagic``: register the magics (and the live channel in a kernel)."""
-    from .extension import load
+    # The magics and the channel load with %load_ext, not with `import kerasmagic`.
+    from .extension import load  # noqa: PLC0415
 
     load(ipython)
 
 
 def unload_ipython_extension(ipython) -> None:
     """``%unload_ext kerasmagic``: undo everything ``%load_ext`` did."""
-    from .extension import unload
+    from .extension import unload  # noqa: PLC0415 - as in load_ipython_extension
 
     unload(ipython)
 

@@ -15,7 +15,8 @@ import threading
 import time
 import types
 import weakref
-from collections.abc import MutableMapping
+from collections.abc import Iterator, MutableMapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,17 +26,31 @@ from .holders import collect_heavy, last_exception_refs, pins_heavy, running_she
 from .ipython_names import OUTPUT_CACHE_ALIASES, ipython_role, is_output_cache_name
 from .probes import keras as keras_probe
 from .probes import process as process_probe
+from .probes import sample as sample_probe
 from .probes import tensorflow as tf_probe
 from .probes.availability import Unavailable, guarded
+from .records import Record, wire
 from .registry_purge import PurgeResult, entries_tied_to_their_variables, purge_dead_custom_gradients
 from .tables import Report, Section, format_bytes
 
 __all__ = ['CleanReport', 'CleanStep', 'clear_tf']
 
 
+#: The steps that remove references: what they list is what ``CleanReport.dropped`` gives.
+STEP_DELETE_NAMED = "delete named variables"
+STEP_DROP_HIDDEN = "drop hidden holders"
+_REFERENCE_STEPS = (STEP_DELETE_NAMED, STEP_DROP_HIDDEN)
+
+
 @dataclass
-class CleanStep:
-    """One step of a clean: what it did, and the RSS and TF allocator change around it."""
+class CleanStep(Record):
+    """One step of a clean: what it did, and the RSS and TF allocator change around it.
+
+    Example:
+        >>> step = CleanStep("garbage collection", detail="812 objects collected", seconds=0.02)
+        >>> step.to_dict()["detail"], step.skipped
+        ('812 objects collected', None)
+    """
 
     name: str
     detail: str = ""
@@ -45,19 +60,13 @@ class CleanStep:
     seconds: float = 0.0
     skipped: str | None = None
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "detail": self.detail,
-            "items": list(self.items),
-            "rss_freed_bytes": self.rss_freed_bytes,
-            "tf_freed_bytes": self.tf_freed_bytes,
-            "seconds": self.seconds,
-            "skipped": self.skipped,
-        }
+
+def _settings_as_text(settings: dict[str, Any]) -> dict[str, str]:
+    return {name: str(value) for name, value in settings.items()}
 
 
-class CleanReport(Report):
+@dataclass(eq=False, repr=False)
+class CleanReport(Record, Report):
     """What ``clear_tf()`` freed step by step, and what is still held and why.
 
     Example:
@@ -68,18 +77,17 @@ class CleanReport(Report):
         ['delete named variables', 'drop hidden holders']
     """
 
-    def __init__(self) -> None:
-        self.steps: list[CleanStep] = []
-        self.still_held: list[str] = []
-        self.models_tracked = 0
-        self.models_freed = 0
-        self.rss_before_bytes = 0
-        self.rss_after_bytes = 0
-        self.tf_before_bytes = 0
-        self.tf_after_bytes = 0
-        self.seconds = 0.0
-        self.registry: PurgeResult | None = None
-        self.preserved_settings: dict[str, Any] = {}
+    seconds: float = 0.0
+    rss_before_bytes: int = 0
+    rss_after_bytes: int = field(default=0, metadata=wire(then=("rss_freed_bytes",)))
+    tf_before_bytes: int = field(default=0, metadata=wire("tf_in_use_before_bytes"))
+    tf_after_bytes: int = field(default=0, metadata=wire("tf_in_use_after_bytes", then=("tf_freed_bytes",)))
+    models_tracked: int = 0
+    models_freed: int = 0
+    steps: list[CleanStep] = field(default_factory=list)
+    registry: PurgeResult | None = None
+    preserved_settings: dict[str, Any] = field(default_factory=dict, metadata=wire(convert=_settings_as_text))
+    still_held: list[str] = field(default_factory=list)
 
     @property
     def rss_freed_bytes(self) -> int:
@@ -92,24 +100,7 @@ class CleanReport(Report):
     @property
     def dropped(self) -> list[str]:
         """Every hidden entry and variable this clean removed."""
-        return [item for step in self.steps[:2] for item in step.items]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "seconds": self.seconds,
-            "rss_before_bytes": self.rss_before_bytes,
-            "rss_after_bytes": self.rss_after_bytes,
-            "rss_freed_bytes": self.rss_freed_bytes,
-            "tf_in_use_before_bytes": self.tf_before_bytes,
-            "tf_in_use_after_bytes": self.tf_after_bytes,
-            "tf_freed_bytes": self.tf_freed_bytes,
-            "models_tracked": self.models_tracked,
-            "models_freed": self.models_freed,
-            "steps": [s.to_dict() for s in self.steps],
-            "registry": self.registry.to_dict() if self.registry else None,
-            "preserved_settings": {k: str(v) for k, v in self.preserved_settings.items()},
-            "still_held": list(self.still_held),
-        }
+        return [item for step in self.steps if step.name in _REFERENCE_STEPS for item in step.items]
 
     def summary(self) -> str:
         """A few sentences for narrow places (the sidebar): what was freed, dropped, still held.
@@ -175,33 +166,28 @@ _KERAS_DEFAULTS = {"dtype_policy": "float32", "traceback_filtering": True, "inte
 
 
 def _tf_in_use_total() -> int:
-    stats = tf_probe.allocator_stats()
-    if isinstance(stats, Unavailable):
-        return 0
-    return sum(s["in_use_bytes"] for s in stats.values() if isinstance(s["in_use_bytes"], int))
+    return sample_probe.allocator_total(sample_probe.tf_part()) or 0
 
 
-class _StepTimer:
-    """Runs a step, recording its RSS/TF change and time; a failing step is reported, not raised."""
-
-    def __init__(self, report: CleanReport, name: str) -> None:
-        self.step = CleanStep(name)
-        report.steps.append(self.step)
-
-    def __enter__(self) -> CleanStep:
-        self._rss = process_probe.rss_bytes()
-        self._tf = _tf_in_use_total()
-        self._t0 = time.perf_counter()
-        return self.step
-
-    def __exit__(self, exc_type, exc, tb) -> bool:
-        self.step.seconds = time.perf_counter() - self._t0
-        self.step.rss_freed_bytes = self._rss - process_probe.rss_bytes()
-        self.step.tf_freed_bytes = self._tf - _tf_in_use_total()
-        if exc_type is not None and issubclass(exc_type, Exception):
-            self.step.skipped = f"failed: {exc_type.__name__}: {exc}"
-            return True
-        return False
+@contextmanager
+def _measured_step_reporting_failure(report: CleanReport, name: str) -> Iterator[CleanStep]:
+    """Run a step, recording its RSS/TF change and time; an ``Exception`` from the step is
+    caught here and recorded in the report (``skipped = "failed: ..."``) so that the
+    remaining steps still run. ``KeyboardInterrupt`` and the like propagate."""
+    step = CleanStep(name)
+    report.steps.append(step)
+    rss, tf, started = process_probe.rss_bytes(), _tf_in_use_total(), time.perf_counter()
+    failure = None
+    try:
+        yield step
+    except Exception as exc:  # noqa: BLE001 - swallowed on purpose: the report says this step failed
+        failure = f"failed: {type(exc).__name__}: {exc}"  # the text only: the exception would pin its frames
+    finally:
+        step.seconds = time.perf_counter() - started
+        step.rss_freed_bytes = rss - process_probe.rss_bytes()
+        step.tf_freed_bytes = tf - _tf_in_use_total()
+    if failure is not None:
+        step.skipped = failure
 
 
 # --- step 1: named variables ---------------------------------------------------------------
@@ -247,7 +233,7 @@ def _delete_named(shell, namespace: dict[str, Any], names: tuple[str, ...], step
             # Small ints, True, short strings are shared by every cell that produced the same
             # value: an Out[] entry that "is" them is not a copy of this variable.
             continue
-        for entry in _drop_cache_entries(shell, lambda value: value is obj):
+        for entry in _drop_cache_entries(shell, lambda value, held=obj: value is held):
             step.items.append(f"{entry} (same object as {name})")
     step.detail = f"{len(names)} variable(s)"
 
@@ -319,7 +305,8 @@ def _drop_hidden(shell, step: CleanStep) -> None:
     exception_items = _drop_last_exception(shell)
     cache_items = _drop_cache_entries(shell, pins_heavy) if shell is not None else []
     step.items.extend(cache_items + exception_items)
-    step.detail = f"{len(cache_items)} output-cache entries, {'the last exception' if exception_items else 'no exception'}"
+    exception = "the last exception" if exception_items else "no exception"
+    step.detail = f"{len(cache_items)} output-cache entries, {exception}"
 
 
 # --- step 3: Keras / legacy graph -----------------------------------------------------------
@@ -385,7 +372,7 @@ def _clear_keras_session(step: CleanStep, settings: dict[str, Any], new_seed: in
         if nested and keras.backend.backend() == "tensorflow":
             # Do what clear_session() does minus reset_default_graph(): inside a graph block
             # that assertion would fire, and the graph is the user's to keep.
-            global_state = sys.modules["keras.src.backend.common.global_state"]
+            global_state: Any = sys.modules["keras.src.backend.common.global_state"]  # private: untyped
             global_state.GLOBAL_STATE_TRACKER = type(global_state.GLOBAL_STATE_TRACKER)()
             global_state.GLOBAL_SETTINGS_TRACKER = type(global_state.GLOBAL_SETTINGS_TRACKER)()
             actions.append("Keras global state reset")
@@ -487,6 +474,67 @@ def _describe_purge(step: CleanStep, result: PurgeResult) -> None:
         f", {result.kept_unknown} kept (unknown layout)" if result.kept_unknown else "")
 
 
+def _models_to_track(shell, namespace: dict[str, Any], names: tuple[str, ...]) -> list[weakref.ref]:
+    """Weak references to the models alive now (and those the names hold): the report counts the freed."""
+    tracked = []
+    if shell is not None:
+        tracked = [weakref.ref(item.obj) for item in guarded(lambda: collect_heavy(shell), "finding models") or []
+                   if item.info["kind"] == "model"]
+    for name in names:
+        if any(isinstance(namespace[name], cls) for cls in keras_probe.model_classes()):
+            tracked.append(weakref.ref(namespace[name]))
+    return tracked
+
+
+def _drop_references(report: CleanReport, shell, namespace: dict[str, Any], names: tuple[str, ...],
+                     purge_hidden: bool) -> None:
+    """Steps 1-2: the named variables, then the hidden holders IPython keeps."""
+    with _measured_step_reporting_failure(report, STEP_DELETE_NAMED) as step:
+        if names:
+            _delete_named(shell, namespace, names, step)
+        else:
+            step.skipped = "no names given"
+    with _measured_step_reporting_failure(report, STEP_DROP_HIDDEN) as step:
+        if purge_hidden:
+            _drop_hidden(shell, step)
+        else:
+            step.skipped = "turned off (purge_hidden=False)"
+
+
+def _clear_frameworks(report: CleanReport, seed: int | None) -> None:
+    """Steps 3-4: Keras' session and the legacy graph (the user's settings kept), JAX's and torch's caches."""
+    settings = guarded(_keras_settings, "reading Keras settings")
+    report.preserved_settings = settings if isinstance(settings, dict) else {}
+    with _measured_step_reporting_failure(report, "clear Keras session and legacy graph") as step:
+        _clear_keras_session(step, report.preserved_settings, seed)
+    with _measured_step_reporting_failure(report, "clear JAX/torch caches") as step:
+        _clear_other_backends(step)
+
+
+def _purge_and_collect(report: CleanReport, purge_registry: bool) -> None:
+    """Steps 5-7: TF's dead gradient-registry entries, one garbage collection, ``malloc_trim``."""
+    with _measured_step_reporting_failure(report, "purge dead CustomGradient entries") as step:
+        if purge_registry:
+            report.registry = purge_dead_custom_gradients()
+            _describe_purge(step, report.registry)
+        else:
+            step.skipped = "turned off (purge_registry=False)"
+    with _measured_step_reporting_failure(report, "garbage collection") as step:
+        if (purge_registry and report.registry is not None and report.registry.skipped is None
+                and not _other_threads_may_trace()):
+            # Entries of models that are dead but not yet collected ride on their variables
+            # through this one collection, so that model, entry and graph go together.
+            with entries_tied_to_their_variables() as tied:
+                collected = gc.collect()
+            report.registry = report.registry.merged_with(tied)
+            step.detail = (f"{collected} objects collected; {tied.purged} CustomGradient entries "
+                           "went with their models")
+        else:
+            step.detail = f"{gc.collect()} objects collected"
+    with _measured_step_reporting_failure(report, "malloc_trim") as step:
+        _malloc_trim(step)
+
+
 def clear_tf(
     *names: str,
     shell=None,
@@ -537,52 +585,11 @@ def clear_tf(
     started = time.perf_counter()
     report.rss_before_bytes = process_probe.rss_bytes()
     report.tf_before_bytes = _tf_in_use_total()
-    tracked = []
-    if shell is not None:
-        tracked = [weakref.ref(item.obj) for item in guarded(lambda: collect_heavy(shell), "finding models") or []
-                   if item.info["kind"] == "model"]
-    for name in names:
-        if any(isinstance(namespace[name], cls) for cls in keras_probe.model_classes()):
-            tracked.append(weakref.ref(namespace[name]))
+    tracked = _models_to_track(shell, namespace, names)
     report.models_tracked = len({id(r()) for r in tracked if r() is not None})
-
-    with _StepTimer(report, "delete named variables") as step:
-        if names:
-            _delete_named(shell, namespace, names, step)
-        else:
-            step.skipped = "no names given"
-    with _StepTimer(report, "drop hidden holders") as step:
-        if purge_hidden:
-            _drop_hidden(shell, step)
-        else:
-            step.skipped = "turned off (purge_hidden=False)"
-    settings = guarded(_keras_settings, "reading Keras settings")
-    report.preserved_settings = settings if isinstance(settings, dict) else {}
-    with _StepTimer(report, "clear Keras session and legacy graph") as step:
-        _clear_keras_session(step, report.preserved_settings, seed)
-    with _StepTimer(report, "clear JAX/torch caches") as step:
-        _clear_other_backends(step)
-    with _StepTimer(report, "purge dead CustomGradient entries") as step:
-        if purge_registry:
-            report.registry = purge_dead_custom_gradients()
-            _describe_purge(step, report.registry)
-        else:
-            step.skipped = "turned off (purge_registry=False)"
-    with _StepTimer(report, "garbage collection") as step:
-        if (purge_registry and report.registry is not None and report.registry.skipped is None
-                and not _other_threads_may_trace()):
-            # Entries of models that are dead but not yet collected ride on their variables
-            # through this one collection, so that model, entry and graph go together.
-            with entries_tied_to_their_variables() as tied:
-                collected = gc.collect()
-            report.registry = report.registry.merged_with(tied)
-            step.detail = (f"{collected} objects collected; {tied.purged} CustomGradient entries "
-                           "went with their models")
-        else:
-            step.detail = f"{gc.collect()} objects collected"
-    with _StepTimer(report, "malloc_trim") as step:
-        _malloc_trim(step)
-
+    _drop_references(report, shell, namespace, names, purge_hidden)
+    _clear_frameworks(report, seed)
+    _purge_and_collect(report, purge_registry)
     report.models_freed = sum(1 for ref in {id(r): r for r in tracked}.values() if ref() is None)
     report.rss_after_bytes = process_probe.rss_bytes()
     report.tf_after_bytes = _tf_in_use_total()

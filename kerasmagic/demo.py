@@ -17,9 +17,11 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from typing import Any
 
-__all__ = ['cv_fold', 'format_cv_table', 'format_table', 'main', 'run_cv', 'run_in_subprocess', 'run_loop', 'slope_mb_per_model']
+__all__ = ['cv_fold', 'format_cv_table', 'format_table', 'main', 'run_cv', 'run_in_subprocess', 'run_loop',
+           'slope_mb_per_model']
 
 STRATEGIES = {
     "nothing": "nothing between models",
@@ -103,7 +105,7 @@ def run_cv(strategy: str) -> dict[str, Any]:
 
     if strategy in ("clear_session", "fresh_model", "isolate"):
         # Paid once, as in a notebook kernel; isolation's template imports what the kernel has.
-        import keras  # noqa: F401
+        import keras
 
     start_rss = rss_bytes()
     rss, seconds, scores = [], [], []
@@ -233,7 +235,8 @@ def format_table(results: list[dict[str, Any]], slope_from: int) -> str:
     Example:
         >>> print(format_table([run_loop("fresh_model", 6)], slope_from=4))   # doctest: +SKIP
     """
-    header = ("strategy", f"RSS growth/model (models {slope_from + 1}+)", "RSS after", "s/model first 5", "s/model last 5", "last layer name")
+    header = ("strategy", f"RSS growth/model (models {slope_from + 1}+)", "RSS after", "s/model first 5",
+              "s/model last 5", "last layer name")
     rows = []
     for r in results:
         seconds = r["seconds"]
@@ -248,9 +251,10 @@ def format_table(results: list[dict[str, Any]], slope_from: int) -> str:
     return _table(header, rows)
 
 
-def _table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
+def _table(header: tuple[str, ...], rows: Sequence[tuple[object, ...]]) -> str:
     widths = [max(len(str(row[i])) for row in [header, *rows]) for i in range(len(header))]
-    lines = ["  ".join(str(cell).ljust(w) for cell, w in zip(row, widths)).rstrip() for row in [header, *rows]]
+    lines = ["  ".join(str(cell).ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+             for row in [header, *rows]]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)
 
@@ -262,7 +266,8 @@ def main(argv: list[str] | None = None) -> int:
         >>> main(["--models", "8", "--cv-strategies"])          # lesson 1 only  # doctest: +SKIP
         0
     """
-    parser = argparse.ArgumentParser(description="Train models in a loop and cross-validate, the usual way and with kerasmagic.")
+    parser = argparse.ArgumentParser(
+        description="Train models in a loop and cross-validate, the usual way and with kerasmagic.")
     parser.add_argument("--models", type=int, default=15, help="models per strategy in lesson 1 (default 15)")
     parser.add_argument("--strategies", nargs="+", choices=list(STRATEGIES),
                         default=["nothing", "clear_session", "fresh_model"], help="lesson 1's strategies")
@@ -278,7 +283,8 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(result))
         return 0
     slope_from = 4 if args.models < 20 else 9
-    print("kerasmagic demo: every strategy runs in its own fresh Python process, so none inherits another's leftovers.\n")
+    print("kerasmagic demo: every strategy runs in its own fresh Python process, "
+          "so none inherits another's leftovers.\n")
     print(f"Lesson 1 — {args.models} small CNNs in a loop (build + compile + fit):", flush=True)
     results = [run_in_subprocess(strategy, args.models) for strategy in args.strategies]
     print(format_table(results, slope_from))

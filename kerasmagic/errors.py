@@ -34,7 +34,7 @@ def check_seed(seed: Any) -> None:
     """
     # numbers.Integral: a numpy integer (np.int64 from a loop over np.arange) is a fine seed.
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, numbers.Integral)
-                             or not 0 <= seed < 2**32):
+                             or not 0 <= int(seed) < 2**32):
         raise KerasMagicUsageError(f"the seed must be an integer from 0 to 2**32 - 1, got {seed!r}; e.g. --seed 42")
 
 

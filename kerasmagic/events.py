@@ -6,8 +6,10 @@ happens; the core never imports the channel (a lower layer must not know a highe
 
 from __future__ import annotations
 
+import logging
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 __all__ = ['publish', 'subscribe']
 
@@ -15,6 +17,7 @@ Listener = Callable[[str, dict[str, Any]], None]
 
 _listeners: list[Listener] = []
 _lock = threading.Lock()
+logger = logging.getLogger(__name__)
 
 
 def subscribe(listener: Listener) -> Callable[[], None]:
@@ -45,5 +48,5 @@ def publish(kind: str, payload: dict[str, Any]) -> None:
     for listener in listeners:
         try:
             listener(kind, payload)
-        except Exception:  # noqa: BLE001 - a broken frontend must not break %clear_tf
-            pass
+        except Exception:  # a broken frontend must not break %clear_tf
+            logger.warning("kerasmagic.events: a listener failed on %r", kind, exc_info=True)

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import sys
 
+from . import leak_watch
+from .live import channel
+from .magics import KerasMagics
+
 __all__ = ['load', 'unload']
 
 
@@ -15,16 +19,14 @@ def load(shell) -> None:
     Example:
         >>> load(get_ipython())           # doctest: +SKIP
     """
-    from .magics import KerasMagics
-
     if getattr(shell, "_kerasmagic_magics", None) is not None:
         return  # %load_ext twice is a no-op, as IPython does for its own extensions
     magics = KerasMagics(shell)
     shell.register_magics(magics)
     shell._kerasmagic_magics = magics
+    # The leak watch (per-cell growth) first: the channel's post_run_cell reads what it recorded.
+    leak_watch.start(shell)
     # The live channel (sidebar) registers itself only inside a kernel; a no-op elsewhere.
-    from .live import channel
-
     channel.register(shell)
 
 
@@ -35,6 +37,7 @@ def unload(shell) -> None:
         >>> unload(get_ipython())         # doctest: +SKIP
     """
     magics = getattr(shell, "_kerasmagic_magics", None)
+    leak_watch.stop()
     live_channel = sys.modules.get("kerasmagic.live.channel")
     if live_channel is not None:
         live_channel.unregister(shell)

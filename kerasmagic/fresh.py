@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import Any, Literal
 
 from . import events
 from .clean import CleanReport, clear_tf
@@ -104,7 +104,8 @@ class fresh_model:  # noqa: N801 - used like a function: `with fresh_model():`
         self.result = FreshModelResult(clean, cell)
         return self.result
 
-    def __exit__(self, exc_type, exc, tb) -> bool:
+    def __exit__(self, exc_type, exc, tb) -> Literal[False]:
         self._measure.__exit__(exc_type, exc, tb)
-        events.publish("fresh_model", self.result.to_dict())
+        if self.result is not None:  # set by __enter__
+            events.publish("fresh_model", self.result.to_dict())
         return False

@@ -1,6 +1,6 @@
 """Who keeps Keras models and large arrays alive in a notebook session.
 
-The places a notebook hides references, each verified in ``background.md``: the user's
+The places a notebook hides references, each reproduced in a real shell by ``tests/core/``: the user's
 variables (and containers one level down), IPython's output cache (``Out[n]``, ``_n``,
 ``_``/``__``/``___`` and the copies in ``user_ns_hidden`` and on the display hook),
 ``History.model``, and the last exception's traceback frames (``LAST_EXCEPTION_HOLDERS``:
@@ -13,8 +13,9 @@ from __future__ import annotations
 import gc
 import sys
 import types
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any
 
 from .ipython_names import OUTPUT_CACHE_ALIASES, is_ipython_name, is_output_cache_name
 from .probes import keras as keras_probe
@@ -233,7 +234,8 @@ def exception_holders(shell=None) -> Iterator[tuple[str, Any]]:
     label = type(exception).__name__ if exception is not None else "exception"
     frames: dict[int, tuple[types.FrameType, list[str]]] = {}
     for where, _owner, _attribute, value in refs:
-        for tb in _tracebacks(value):
+        for newest in _tracebacks(value):
+            tb: types.TracebackType | None = newest
             while tb is not None:
                 _frame, via = frames.setdefault(id(tb.tb_frame), (tb.tb_frame, []))
                 if where not in via:

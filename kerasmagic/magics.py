@@ -3,24 +3,35 @@
 ``%tf_mem`` / ``%%tf_mem``, ``%clear_tf`` and ``%%fresh_model`` map 1:1 onto
 ``tf_mem()`` / ``measure()``, ``clear_tf()`` and ``fresh_model()``. Everything a magic
 knows beyond parsing lives in those functions, so scripts get the same behaviour.
+
+Built as IPython's own magics are: options by ``@magic_arguments``, each value checked by its
+``type=`` (in the Python API's words), ``-o`` returning the result object as ``%timeit -o``
+does, and ``@output_can_be_silenced`` hiding the value of a cell (or line) that ends with ``;``.
 """
 
 from __future__ import annotations
 
 import ast
+import io
 import sys
+import tokenize
+import unicodedata
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Any, TypeVar
 
 from IPython.core.error import UsageError
-from IPython.core.magic import Magics, line_cell_magic, line_magic, cell_magic, magics_class
+from IPython.core.magic import Magics, cell_magic, line_cell_magic, line_magic, magics_class, output_can_be_silenced
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 from IPython.display import display
+from IPython.utils.process import arg_split
 
 from .errors import KerasMagicUsageError, check_seed, check_timeout
 from .ipython_names import new_variable_name_problem
 
 __all__ = ['KerasMagics', 'current_cell_number']
+
+_F = TypeVar("_F", bound=Callable[..., Any])
 
 
 @contextmanager
@@ -32,37 +43,215 @@ def _usage_errors() -> Iterator[None]:
         raise UsageError(str(exc)) from None
 
 
-def _check_var_name(name: str | None, option: str) -> None:
-    """Refuse an ``-o VAR`` we must not assign: not a name, a keyword, or one IPython needs
-    (``-o get_ipython`` would break every later magic, ``-o _oh`` every later output)."""
-    if name is None:
-        return
-    if not name.isidentifier():
-        raise UsageError(f"{option} needs a variable name, got {name!r}; e.g. {option} report")
-    problem = new_variable_name_problem(name)
-    if problem is not None:
-        raise UsageError(f"{option} needs a new variable name; {problem}; e.g. {option} report")
+# --- option values: argparse ``type=`` callables -----------------------------------------------
+# Each raises UsageError itself: argparse would replace a ValueError's words with its own
+# ("invalid int value") and prefix an ArgumentTypeError's; a UsageError passes through as is,
+# so a magic and the Python API refuse a value in the same words.
 
 
-def _timeout_seconds(text: str | None) -> float | None:
-    """``--timeout``'s seconds, by the rule (and in the words) of ``run_isolated(timeout=...)``.
+def _seed(text: str) -> int:
+    """``--seed N``, by the rule (and in the words) of ``clear_tf(seed=...)``.
 
     Example:
-        >>> _timeout_seconds("600"), _timeout_seconds(None)
-        (600.0, None)
+        >>> _seed("42")
+        42
+        >>> _seed("forty")
+        Traceback (most recent call last):
+        ...
+        IPython.core.error.UsageError: the seed must be an integer from 0 to 2**32 - 1, got 'forty'; e.g. --seed 42
+    """
+    try:
+        seed: Any = int(text)
+    except ValueError:
+        seed = text  # not an integer at all: check_seed refuses it, saying what to give
+    with _usage_errors():
+        check_seed(seed)
+    return seed
+
+
+def _timeout_seconds(text: str) -> float:
+    """``--timeout S``, by the rule (and in the words) of ``run_isolated(timeout=...)``.
+
+    Example:
+        >>> _timeout_seconds("600")
+        600.0
         >>> _timeout_seconds("abc")
         Traceback (most recent call last):
         ...
-        kerasmagic.errors.KerasMagicUsageError: the timeout must be a finite number of seconds > 0, e.g. 600; got 'abc'
+        IPython.core.error.UsageError: the timeout must be a finite number of seconds > 0, e.g. 600; got 'abc'
     """
-    if text is None:
-        return None
     try:
         seconds: Any = float(text)
     except ValueError:
-        seconds = text  # not a number at all: check_timeout refuses it, saying what to give
-    check_timeout(seconds)
+        seconds = text
+    with _usage_errors():
+        check_timeout(seconds)
     return seconds
+
+
+def _result_variable(name: str) -> str:
+    """``--as VAR``: a new variable name; never one IPython needs (``--as get_ipython`` would
+    break every later magic, ``--as _oh`` every later output) or a keyword.
+
+    Example:
+        >>> _result_variable("report")
+        'report'
+        >>> _result_variable("In")
+        Traceback (most recent call last):
+        ...
+        IPython.core.error.UsageError: --as needs a new variable name; 'In' is IPython's (...); e.g. --as report
+    """
+    if not name.isidentifier():
+        raise UsageError(f"--as needs a variable name, got {name!r}; e.g. --as report")
+    problem = new_variable_name_problem(name)
+    if problem is not None:
+        raise UsageError(f"--as needs a new variable name; {problem}; e.g. --as report")
+    return name
+
+
+def _variable_to_delete(name: str) -> str:
+    """A ``NAME`` of ``%clear_tf``/``%%fresh_model``; whether it exists is ``clear_tf``'s to say."""
+    if not name.isidentifier():
+        raise UsageError(f"{name!r} is not a variable name; name the variables to delete, e.g. model history")
+    return name
+
+
+def _gpu(text: str) -> str | None:
+    """``--gpu``, as ``run_isolated(gpu=...)`` checks it (CUDA ignores what it cannot parse)."""
+    from .isolation.api import check_gpu
+
+    with _usage_errors():
+        return check_gpu(text)
+
+
+def _env_pair(pair: str) -> tuple[str, str]:
+    """``--env KEY=VALUE``.
+
+    Example:
+        >>> _env_pair("TF_ENABLE_ONEDNN_OPTS=0")
+        ('TF_ENABLE_ONEDNN_OPTS', '0')
+    """
+    key, sep, value = pair.partition("=")
+    if not sep or not key.isidentifier():
+        raise UsageError(f"--env takes KEY=VALUE pairs, got {pair!r}; e.g. --env TF_ENABLE_ONEDNN_OPTS=0")
+    return key, value
+
+
+# --- the option blocks the magics share -----------------------------------------------------------
+
+
+def _options(*decorators: Callable[[_F], _F]) -> Callable[[_F], _F]:
+    """Several ``@argument`` decorators as one, in the order written (as if stacked)."""
+    def apply(func: _F) -> _F:
+        for decorate in reversed(decorators):
+            func = decorate(func)
+        return func
+    return apply
+
+
+def _result_options(returned: str) -> Callable[[_F], _F]:
+    """``-q``, ``-o`` and ``--as``: the same meaning in every magic. ``returned`` says how ``-o``
+    hands the result over (a line magic returns it, a cell magic makes it the cell's value)."""
+    return _options(
+        argument("-q", "--quiet", action="store_true", help="Do not display the report."),
+        argument("-o", "--output", action="store_true",
+                 help=f"Return the result object, as %%timeit -o does: {returned.replace('%', '%%')}. "
+                      "The magic does not display it then: the notebook shows it once, as the value "
+                      "(a last ; hides it)."),
+        argument("--as", dest="store_as", type=_result_variable, default=None, metavar="VAR",
+                 help="Also keep the result object in the variable VAR (displayed unless -q)."),
+    )
+
+
+def _clean_options(before_cell: bool) -> Callable[[_F], _F]:
+    """The options of the clean ``%clear_tf`` runs, and ``%%fresh_model`` runs before its cell."""
+    when = " before the cell" if before_cell else ""
+    return _options(
+        argument("names", nargs="*", type=_variable_to_delete, metavar="NAME",
+                 help=f"Variables to delete{when}, with every output-cache copy of their objects "
+                      "(%%xdel semantics); no other variable is touched."),
+        argument("--seed", type=_seed, default=None, metavar="N",
+                 help="Call keras.utils.set_random_seed(N) after the clean" + (
+                     ", before the cell, for repeatable runs." if before_cell else " (otherwise your seed is kept).")),
+        argument("--keep-hidden", action="store_true",
+                 help="Do not drop hidden holders (output-cache entries with models or tensors, the last exception)."),
+        argument("--keep-registry", action="store_true",
+                 help="Do not purge dead CustomGradient entries from TensorFlow's gradient registry."),
+    )
+
+
+# --- reading the magic's line ------------------------------------------------------------------------
+
+# What autocorrect makes of "--" (macOS smart dashes, Word, phones): options that look right and are not.
+_DASH_LOOKALIKES = "\u2010\u2011\u2012\u2013\u2014\u2015\u2212\ufe58\ufe63\uff0d"
+
+
+def _without_silencing_semicolon(line: str) -> str:
+    """A line magic's options without the ``;`` (and a comment after it) that hides its value:
+    IPython passes it on and hides the value itself (``@output_can_be_silenced``).
+
+    Example:
+        >>> _without_silencing_semicolon("-q -o;  # kept in _"), _without_silencing_semicolon("--who")
+        ('-q -o', '--who')
+    """
+    try:
+        tokens = list(tokenize.generate_tokens(io.StringIO(line).readline))
+    except (tokenize.TokenError, SyntaxError):
+        return line  # not Python-like (a quote left open): argparse says what is wrong
+    for token in reversed(tokens):
+        if token.type in (tokenize.ENDMARKER, tokenize.NL, tokenize.NEWLINE, tokenize.COMMENT):
+            continue
+        if token.type == tokenize.OP and token.string == ";" and token.start[0] == 1:
+            return line[:token.start[1]].rstrip()
+        break
+    return line
+
+
+def _refuse_lookalike_dashes(tokens: list[str]) -> None:
+    """``—seed 1`` (an em dash, as autocorrect types ``--``) is not an option; say which one is meant.
+
+    Example:
+        >>> _refuse_lookalike_dashes(["\u2014seed", "1"])
+        Traceback (most recent call last):
+        ...
+        IPython.core.error.UsageError: '\u2014seed' is not an option: it starts with an em dash ...; you meant --seed
+    """
+    for token in tokens:
+        if token[:1] and token[0] in _DASH_LOOKALIKES:
+            rest = token.lstrip("-" + _DASH_LOOKALIKES)
+            meant = ("--" if len(rest.partition("=")[0]) > 1 else "-") + rest
+            dash = unicodedata.name(token[0], "dash").lower()
+            article = "an" if dash[0] in "aeiou" else "a"
+            raise UsageError(f"{token!r} is not an option: it starts with {article} {dash} (U+{ord(token[0]):04X}), "
+                             f"not '-' (autocorrect turns -- into a dash); you meant {meant}")
+
+
+def _refuse_a_name_after_dash_o(tokens: list[str], hands_over: str, deletes_names: bool = False) -> None:
+    """``-o VAR`` once stored the result in ``VAR`` (``%tf_mem``, ``%%tf_mem``, ``%%fresh_model``):
+    say where that went (``--as VAR``) rather than read ``VAR`` as something else."""
+    for index, option in enumerate(tokens):
+        following = tokens[index + 1] if index + 1 < len(tokens) else ""
+        name = following if option in ("-o", "--output") and following.isidentifier() else (
+            option.partition("=")[2] if option.startswith("--output=") else "")
+        if name:
+            also = f" (to delete {name} before the cell, write it before the options)" if deletes_names else ""
+            raise UsageError(f"-o takes no variable name: it {hands_over}, as %timeit -o does; to keep it in "
+                             f"{name}, write --as {name}{also}")
+
+
+def _parse(magic: Callable[..., Any], line: str, *, line_mode: bool, dash_o_hands_over: str | None = None,
+           deletes_names: bool = False) -> Any:
+    """The magic's options (``parse_argstring``), after the mistakes argparse cannot name."""
+    if line_mode:
+        line = _without_silencing_semicolon(line)
+    try:
+        tokens = arg_split(line, strict=False)
+    except ValueError:
+        tokens = []  # argparse reports it
+    _refuse_lookalike_dashes(tokens)
+    if dash_o_hands_over is not None:
+        _refuse_a_name_after_dash_o(tokens, dash_o_hands_over, deletes_names)
+    return parse_argstring(magic, line)
 
 
 class _CellRunner:
@@ -100,20 +289,21 @@ class _CellRunner:
         except SyntaxError as exc:
             hint = " (top-level await: put the code in an async function and asyncio.run() it)" if (
                 "await" in (exc.msg or "")) else ""
-            raise UsageError(f"the cell cannot run under {header.split()[0]}: {exc.msg}{hint}; nothing was run") from None
+            raise UsageError(f"the cell cannot run under {header.split()[0]}: {exc.msg}{hint}; "
+                             "nothing was run") from None
 
     def run(self) -> Any:
-        __tracebackhide__ = True  # noqa: F841 - read by IPython's traceback formatter
+        __tracebackhide__ = True  # read by IPython's traceback formatter
         namespace = self.shell.user_ns
-        exec(self._code, namespace)
-        return None if self._last is None else eval(self._last, namespace)
+        exec(self._code, namespace)  # noqa: S102 - running the user's cell is the point
+        return None if self._last is None else eval(self._last, namespace)  # noqa: S307 - its last expression
 
 
 def _assigned_names(tree: ast.Module) -> set[str]:
     return {node.id for node in ast.walk(tree) if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store)}
 
 
-def _reassigned_model_hints(shell, runner: "_CellRunner", named: list[str]) -> list[str]:
+def _reassigned_model_hints(shell, runner: _CellRunner, named: list[str]) -> list[str]:
     """Variables the cell overwrites that hold a model now: it stays alive until the assignment.
 
     We do not delete them on our own (if the cell failed before reassigning, the user's
@@ -140,33 +330,40 @@ def current_cell_number(shell) -> int:
     return max(int(shell.execution_count) - 1, 1)
 
 
-def _ends_with_semicolon(cell: str) -> bool:
-    """IPython's own rule for "a trailing ; hides the value" (comments after it allowed)."""
-    from IPython.core.displayhook import DisplayHook
-
-    try:
-        return DisplayHook.semicolon_at_end_of_expression(cell)
-    except Exception:  # noqa: BLE001 - tokenize errors: the cell already compiled, show the value
-        return False
+_LINE_RETURNS = "report = %clear_tf -o"
+_CELL_RETURNS = "it becomes the cell's value (in _ afterwards) instead of the last expression's"
 
 
 @magics_class
 class KerasMagics(Magics):
     """``%tf_mem``, ``%%tf_mem``, ``%clear_tf`` and ``%%fresh_model``; loaded by ``%load_ext kerasmagic``."""
 
+    def _deliver(self, args: Any, result: Any, *, failed: bool = False) -> Any:
+        """The result object as ``-q``, ``--as`` and ``-o`` say: kept in the ``--as`` variable,
+        displayed unless ``-q`` (or ``-o``, which makes it the value, unless the cell failed),
+        returned with ``-o``."""
+        if result is None:
+            return None
+        if args.store_as and self.shell is not None:  # a registered Magics always has its shell
+            self.shell.user_ns[args.store_as] = result
+        if not args.quiet and (failed or not args.output):
+            display(result)
+        return result if args.output else None
+
     # --- %tf_mem / %%tf_mem ------------------------------------------------------------------
 
     @magic_arguments()
-    @argument("-o", "--output", nargs="?", const="", default=None, metavar="VAR",
-              help="Keep the result object: a bare -o returns it (snap = %%tf_mem -o), -o VAR stores it "
-                   "in VAR. For the cell magic the CellMeasurement goes to VAR (default _tf_mem).")
-    @argument("-q", "--quiet", action="store_true", help="Do not display the report.")
+    @_result_options("snap = %tf_mem -o; as a cell magic, " + _CELL_RETURNS)
     @argument("--who", action="store_true",
               help="Also list what keeps Keras models and large arrays/tensors alive: your variables, "
                    "the output cache (Out, _N, _, __, ___), History.model, the last exception's frames.")
     @argument("--live", action="store_true",
               help="Show a live view that updates every second (for frontends without the sidebar).")
+    @argument("--cells", action="store_true",
+              help="Show which cells grow memory each time they run (the leak watch): a cell whose RSS or "
+                   "TensorFlow in use grew on each of its last 3+ runs is flagged, with the fix.")
     @line_cell_magic
+    @output_can_be_silenced
     def tf_mem(self, line: str = "", cell: str | None = None):
         """Show what memory this kernel uses and who holds it; as a cell magic, measure the cell.
 
@@ -184,70 +381,63 @@ class KerasMagics(Magics):
             %tf_mem                  # snapshot
             %tf_mem --who            # ... and who keeps models / big arrays alive
             snap = %tf_mem -o        # the MemorySnapshot object (snap.to_dict())
+            %tf_mem --as snap        # shown, and kept in snap
             %tf_mem --live           # a live view without the JupyterLab sidebar
+            %tf_mem --cells          # which cells grow memory each time they run
 
-            %%tf_mem -o m
+            %%tf_mem --as m          # m: the CellMeasurement
             model.fit(x, y, epochs=3)
         """
-        __tracebackhide__ = True  # noqa: F841
-        args = parse_argstring(self.tf_mem, line)
+        __tracebackhide__ = True
+        args = _parse(self.tf_mem, line, line_mode=cell is None,
+                      dash_o_hands_over="returns the result object (snap = %tf_mem -o)" if cell is None
+                      else "makes the result object the cell's value")
         if cell is None:
             return self._tf_mem_line(args)
         return self._tf_mem_cell(args, cell, line)
 
     def _tf_mem_line(self, args):
+        if args.cells:
+            if args.live or args.who:
+                raise UsageError("--cells shows the leak watch; use it without --live and --who")
+            from .leak_watch import cell_growth
+
+            return self._deliver(args, cell_growth())
         if args.live:
-            if args.output is not None or args.who:
-                raise UsageError("--live shows a live view; use it without -o and --who")
+            if args.output or args.store_as or args.who:
+                raise UsageError("--live shows a live view; use it without -o, --as and --who")
             from .live.widget import show_live
 
             return show_live(self.shell)
-        _check_var_name(args.output or None, "-o")
         from .snapshot import tf_mem
 
-        snapshot = tf_mem(self.shell, who=args.who)
-        if args.output:
-            self.shell.user_ns[args.output] = snapshot
-        elif args.output is not None:
-            return snapshot
-        if not args.quiet:
-            display(snapshot)
-        return None
+        return self._deliver(args, tf_mem(self.shell, who=args.who))
 
     def _tf_mem_cell(self, args, cell: str, line: str):
-        __tracebackhide__ = True  # noqa: F841
-        if args.live or args.who:
-            raise UsageError("%%tf_mem measures a cell; --who and --live belong to the line magic %tf_mem")
-        _check_var_name(args.output or None, "-o")
+        __tracebackhide__ = True
+        if args.live or args.who or args.cells:
+            raise UsageError("%%tf_mem measures a cell; --who, --live and --cells belong to the line magic %tf_mem")
         from .measuring import measure
 
         runner = _CellRunner(self.shell, cell, f"%%tf_mem {line}")
         meter = measure(label=f"cell [{runner.cell_number}]")
+        failed = True
         try:
-            with meter as result:
+            with meter:
                 value = runner.run()
+            failed = False
         finally:
             # Shown before the exception propagates, so a failing cell still gets its figures.
-            if args.output is not None:
-                self.shell.user_ns[args.output or "_tf_mem"] = meter.result
-            if not args.quiet:
-                display(meter.result)
-        return None if _ends_with_semicolon(cell) else value
+            report = self._deliver(args, meter.result, failed=failed)
+        return report if args.output else value
 
     # --- %clear_tf ---------------------------------------------------------------------------
 
     @magic_arguments()
-    @argument("names", nargs="*", metavar="NAME",
-              help="Variables to delete, with every output-cache copy of their objects (%%xdel semantics).")
-    @argument("--seed", type=int, default=None, metavar="N",
-              help="Call keras.utils.set_random_seed(N) after the clean (otherwise your seed is kept).")
-    @argument("--keep-hidden", action="store_true",
-              help="Do not drop hidden holders (output-cache entries with models or tensors, the last exception).")
-    @argument("--keep-registry", action="store_true",
-              help="Do not purge dead CustomGradient entries from TensorFlow's gradient registry.")
-    @argument("-q", "--quiet", action="store_true", help="Do not display the report.")
-    @argument("-o", "--output", action="store_true", help="Return the CleanReport (report = %%clear_tf -o).")
+    @_clean_options(before_cell=False)
+    @_result_options(_LINE_RETURNS)
     @line_magic
+    @output_can_be_silenced
     def clear_tf(self, line: str = ""):
         """Free what the Keras/TensorFlow session holds, and say what could not be freed.
 
@@ -263,9 +453,9 @@ class KerasMagics(Magics):
             %clear_tf                      # free what nobody uses any more
             %clear_tf model history        # ... and delete these variables first
             %clear_tf --seed 42            # and start the next model from seed 42
-            report = %clear_tf -q -o
+            report = %clear_tf -o          # the CleanReport, shown once
         """
-        args = parse_argstring(self.clear_tf, line)
+        args = _parse(self.clear_tf, line, line_mode=True)
         from .clean import clear_tf
 
         with _usage_errors():
@@ -273,26 +463,13 @@ class KerasMagics(Magics):
                 *args.names, shell=self.shell, seed=args.seed,
                 purge_hidden=not args.keep_hidden, purge_registry=not args.keep_registry,
             )
-        if args.output:
-            return report  # shown once, as the cell's value
-        if not args.quiet:
-            display(report)
-        return None
+        return self._deliver(args, report)
 
     # --- %%fresh_model -----------------------------------------------------------------------
 
     @magic_arguments()
-    @argument("names", nargs="*", metavar="NAME",
-              help="Variables to delete before the cell (e.g. the previous model); no other variable is touched.")
-    @argument("--seed", type=int, default=None, metavar="N",
-              help="keras.utils.set_random_seed(N) before the cell, for repeatable runs.")
-    @argument("-q", "--quiet", action="store_true", help="Do not display the report.")
-    @argument("-o", "--output", default=None, metavar="VAR",
-              help="Store the result object (FreshModelResult or IsolatedResult) in VAR.")
-    @argument("--keep-hidden", action="store_true",
-              help="Do not drop hidden holders (output cache, last exception) before the cell.")
-    @argument("--keep-registry", action="store_true",
-              help="Do not purge dead CustomGradient entries before the cell.")
+    @_clean_options(before_cell=True)
+    @_result_options(_CELL_RETURNS)
     @argument("--isolate", action="store_true",
               help="Run the cell in a fresh worker process that gives every byte back when it ends.")
     @argument("--in", dest="inputs", nargs="+", default=None, metavar="NAME",
@@ -300,13 +477,21 @@ class KerasMagics(Magics):
     @argument("--out", dest="outputs", nargs="+", default=None, metavar="NAME",
               help="With --isolate: bring back only these variables (default: every name the cell assigns).")
     @argument("--no-return", action="store_true", help="With --isolate: bring nothing back (cells that write files).")
-    # Read as text and checked by check_timeout: `--timeout abc` and `--timeout nan` then fail with
-    # the one message run_isolated(timeout=...) gives, not argparse's "invalid float value".
-    @argument("--timeout", default=None, metavar="S", help="With --isolate: kill the worker after S seconds.")
-    @argument("--gpu", default=None, metavar="N", help="With --isolate: CUDA_VISIBLE_DEVICES for the worker: GPU indices (0 or 0,1), GPU-/MIG- UUIDs, or -1 for none.")
-    @argument("--env", nargs="+", default=None, metavar="K=V",
+    @argument("--timeout", type=_timeout_seconds, default=None, metavar="S",
+              help="With --isolate: kill the worker after S seconds.")
+    @argument("--gpu", type=_gpu, default=None, metavar="N",
+              help="With --isolate: CUDA_VISIBLE_DEVICES for the worker: GPU indices (0 or 0,1), GPU-/MIG- UUIDs, "
+                   "or -1 for none.")
+    @argument("--env", type=_env_pair, nargs="+", default=None, metavar="K=V",
               help="With --isolate: environment for the worker, set before TensorFlow starts.")
+    @argument("--on", choices=("local", "ray", "ray-local"), default=None,
+              help="With --isolate: where the worker runs: this machine (local, the default), the Ray cluster "
+                   "(ray: the one ray.init() connected to, else --address, else RAY_ADDRESS), or a Ray cluster "
+                   "started here to try it (ray-local). See docs/scale-out.md.")
+    @argument("--address", default=None, metavar="ADDR",
+              help="With --isolate --on ray: the Ray cluster's address, e.g. 10.0.0.5:6379.")
     @cell_magic
+    @output_can_be_silenced
     def fresh_model(self, line: str, cell: str):
         """Start the cell from a clean session, measure it, optionally in a fresh process.
 
@@ -319,7 +504,8 @@ class KerasMagics(Magics):
         With --isolate the cell runs in a fresh process instead (a fork of a warm template): the names
         it reads are sent, the names it assigns come back (Keras models as models), its
         output streams live, and when it ends the process returns all of its memory,
-        TensorFlow's CPU pool and GPU memory included.
+        TensorFlow's CPU pool and GPU memory included. --on ray runs that process on a
+        Ray cluster's node instead of this machine.
 
         Examples::
 
@@ -329,22 +515,36 @@ class KerasMagics(Magics):
 
             %%fresh_model model history      # delete the previous ones first
 
-            %%fresh_model --isolate --timeout 600
+            %%fresh_model --isolate --timeout 600 --as run
             model = make_model(); history = model.fit(x_train, y_train)
         """
-        __tracebackhide__ = True  # noqa: F841
-        args = parse_argstring(self.fresh_model, line)
-        _check_var_name(args.output, "-o")
+        __tracebackhide__ = True
+        args = _parse(self.fresh_model, line, line_mode=False,
+                      dash_o_hands_over="makes the result object the cell's value", deletes_names=True)
+        self._check_fresh_model_options(args)
+        if args.isolate:
+            return self._fresh_model_isolated(args, line, cell)
+        return self._fresh_model_in_process(args, line, cell)
+
+    @staticmethod
+    def _check_fresh_model_options(args) -> None:
+        """What no single option's type can see: options that need --isolate, or each other."""
         isolation_only = [flag for flag, value in (
             ("--in", args.inputs), ("--out", args.outputs), ("--no-return", args.no_return),
-            ("--timeout", args.timeout), ("--gpu", args.gpu), ("--env", args.env)) if value]
+            ("--timeout", args.timeout), ("--gpu", args.gpu), ("--env", args.env), ("--on", args.on),
+            ("--address", args.address)) if value]
         if isolation_only and not args.isolate:
             raise UsageError(f"{', '.join(isolation_only)} only work with --isolate; add --isolate to the line")
-        with _usage_errors():
-            args.timeout = _timeout_seconds(args.timeout)
-            check_seed(args.seed)
-        if args.isolate:
-            return self._fresh_model_isolated(args, cell)
+        if args.isolate and args.names:
+            raise UsageError("--isolate starts from a fresh process: there is nothing to delete, drop the names")
+        if args.address is not None and args.on != "ray":
+            raise UsageError("--address is the Ray cluster to connect to: use it with --on ray")
+        if args.on in ("ray", "ray-local") and args.gpu is not None:
+            raise UsageError("--gpu picks this machine's GPUs; on a Ray cluster Ray assigns them: drop --gpu "
+                             "(run_isolated(..., on=kerasmagic.OnRay(num_gpus=1)) asks Ray for a GPU)")
+
+    def _fresh_model_in_process(self, args, line: str, cell: str):
+        __tracebackhide__ = True
         from .fresh import fresh_model
 
         runner = _CellRunner(self.shell, cell, f"%%fresh_model {line}")
@@ -363,38 +563,22 @@ class KerasMagics(Magics):
             failed = False
         finally:
             context.__exit__(*(sys.exc_info() if failed else (None, None, None)))
-            if args.output:
-                self.shell.user_ns[args.output] = result
-            if not args.quiet:
-                display(result)
-        return None if _ends_with_semicolon(cell) else value
+            report = self._deliver(args, result, failed=failed)
+        return report if args.output else value
 
-    def _fresh_model_isolated(self, args, cell: str):
-        __tracebackhide__ = True  # noqa: F841
-        if args.names:
-            raise UsageError("--isolate starts from a fresh process: there is nothing to delete, drop the names")
-        env = {}
-        for pair in args.env or []:
-            key, sep, value = pair.partition("=")
-            if not sep or not key.isidentifier():
-                raise UsageError(f"--env takes KEY=VALUE pairs, got {pair!r}; e.g. --env TF_ENABLE_ONEDNN_OPTS=0")
-            env[key] = value
+    def _fresh_model_isolated(self, args, line: str, cell: str):
+        __tracebackhide__ = True
         from .isolation.cell import run_cell_isolated
 
-        result = None
         try:
             with _usage_errors():
                 result = run_cell_isolated(
                     self.shell, cell, inputs=args.inputs, outputs=args.outputs, no_return=args.no_return,
-                    timeout=args.timeout, gpu=args.gpu, env=env, seed=args.seed, quiet=args.quiet,
+                    timeout=args.timeout, gpu=args.gpu, env=dict(args.env or []), seed=args.seed,
+                    quiet=args.quiet, on=args.on, address=args.address, header=f"%%fresh_model {line}",
                 )
         except BaseException as exc:
-            result = getattr(exc, "result", None)
+            # The report so far (wall time, peaks, last output) comes with the error: show it first.
+            self._deliver(args, getattr(exc, "result", None), failed=True)
             raise
-        finally:
-            if result is not None:
-                if args.output:
-                    self.shell.user_ns[args.output] = result
-                if not args.quiet:
-                    display(result)
-        return None
+        return self._deliver(args, result)

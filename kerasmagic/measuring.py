@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import time
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
 from .probes import keras as keras_probe
 from .probes import nvml as nvml_probe
 from .probes import process as process_probe
 from .probes import tensorflow as tf_probe
-from .probes.availability import Unavailable, guarded, to_jsonable
+from .probes.availability import Unavailable, guarded
+from .records import Record, wire
 from .tables import Report, Section, format_bytes, format_value
 
 __all__ = ['CellMeasurement', 'measure']
@@ -55,7 +57,7 @@ def _safe(probe, what: str) -> dict[str, Any]:
 
 
 #: ``measure`` blocks running now, outermost first (nested blocks fold their peaks outward).
-_active_measures: list["measure"] = []
+_active_measures: list[measure] = []
 
 
 def _delta(after: Any, before: Any) -> Any:
@@ -64,7 +66,8 @@ def _delta(after: Any, before: Any) -> Any:
     return Unavailable("not_supported", "not measured on both sides")
 
 
-class CellMeasurement(Report):
+@dataclass(eq=False, repr=False)
+class CellMeasurement(Record, Report):
     """Deltas and peaks of one cell (``%%tf_mem``) or ``with measure():`` block.
 
     ``rss_peak_method`` is ``"exact"`` (the kernel's VmHWM, reset at the start) or
@@ -77,21 +80,20 @@ class CellMeasurement(Report):
         True
     """
 
-    def __init__(self, label: str = "cell") -> None:
-        self.label = label
-        self.error: str | None = None
-        self.wall_s = 0.0
-        self.rss_before_bytes = 0
-        self.rss_after_bytes = 0
-        self.rss_peak_bytes = 0
-        self.rss_peak_method = "exact"
-        self.tf_before: dict[str, Any] = {}
-        self.tf_after: dict[str, Any] = {}
-        self.tf_peak: dict[str, Any] = {}
-        self.gpu_before: dict[str, Any] = {}
-        self.gpu_after: dict[str, Any] = {}
-        self.counters_before: dict[str, Any] = {}
-        self.counters_after: dict[str, Any] = {}
+    label: str = "cell"
+    error: str | None = None
+    wall_s: float = 0.0
+    rss_before_bytes: int = 0
+    rss_after_bytes: int = field(default=0, metadata=wire(then=("rss_delta_bytes",)))
+    rss_peak_bytes: int = field(default=0, metadata=wire(then=("rss_peak_above_start_bytes",)))
+    rss_peak_method: str = "exact"
+    tf_before: dict[str, Any] = field(default_factory=dict, metadata=wire("tf_in_use_before_bytes"))
+    tf_after: dict[str, Any] = field(default_factory=dict, metadata=wire("tf_in_use_after_bytes"))
+    tf_peak: dict[str, Any] = field(default_factory=dict, metadata=wire("tf_peak_bytes"))
+    gpu_before: dict[str, Any] = field(default_factory=dict, metadata=wire("gpu_process_before_bytes"))
+    gpu_after: dict[str, Any] = field(default_factory=dict, metadata=wire("gpu_process_after_bytes"))
+    counters_before: dict[str, Any] = field(default_factory=dict)
+    counters_after: dict[str, Any] = field(default_factory=dict)
 
     @property
     def rss_delta_bytes(self) -> int:
@@ -100,28 +102,6 @@ class CellMeasurement(Report):
     @property
     def rss_peak_above_start_bytes(self) -> int:
         return self.rss_peak_bytes - self.rss_before_bytes
-
-    def to_dict(self) -> dict[str, Any]:
-        return to_jsonable(
-            {
-                "label": self.label,
-                "error": self.error,
-                "wall_s": self.wall_s,
-                "rss_before_bytes": self.rss_before_bytes,
-                "rss_after_bytes": self.rss_after_bytes,
-                "rss_delta_bytes": self.rss_delta_bytes,
-                "rss_peak_bytes": self.rss_peak_bytes,
-                "rss_peak_above_start_bytes": self.rss_peak_above_start_bytes,
-                "rss_peak_method": self.rss_peak_method,
-                "tf_in_use_before_bytes": self.tf_before,
-                "tf_in_use_after_bytes": self.tf_after,
-                "tf_peak_bytes": self.tf_peak,
-                "gpu_process_before_bytes": self.gpu_before,
-                "gpu_process_after_bytes": self.gpu_after,
-                "counters_before": self.counters_before,
-                "counters_after": self.counters_after,
-            }
-        )
 
     def _title(self) -> str:
         status = f" (raised {self.error})" if self.error else ""
@@ -152,16 +132,20 @@ class CellMeasurement(Report):
                         f"{format_bytes(before)} → {format_bytes(after)}")
             sections.append(gpu)
         graph = Section("Graph and Keras state")
-        for key, label in (("graph_op_count", "legacy graph ops"), ("custom_gradient_entries", "CustomGradient entries")):
+        counters = (("graph_op_count", "legacy graph ops"), ("custom_gradient_entries", "CustomGradient entries"))
+        for key, label in counters:
             before, after = self.counters_before.get(key), self.counters_after.get(key)
             if isinstance(after, int):
-                graph.add(label, format_value(after), f"{format_value(_delta(after, before) if isinstance(before, int) else after):>} new")
+                new = _delta(after, before) if isinstance(before, int) else after
+                graph.add(label, format_value(after), f"{format_value(new):>} new")
         names_after = self.counters_after.get("name_counters") or {}
         names_before = self.counters_before.get("name_counters") or {}
         if isinstance(names_after, dict):
-            grown = {k: v for k, v in names_after.items() if v != (names_before.get(k) if isinstance(names_before, dict) else None)}
+            grown = {k: v for k, v in names_after.items()
+                     if v != (names_before.get(k) if isinstance(names_before, dict) else None)}
             if grown:
-                graph.add("name counters", ", ".join(f"{k}={v}" for k, v in sorted(grown.items())[:5]), "changed in this cell")
+                graph.add("name counters", ", ".join(f"{k}={v}" for k, v in sorted(grown.items())[:5]),
+                          "changed in this cell")
         sections.append(graph)
         return sections
 
@@ -206,7 +190,7 @@ class measure:  # noqa: N801 - lower case on purpose: used like a function, `wit
         self._t0 = time.perf_counter()
         return result
 
-    def __exit__(self, exc_type, exc, tb) -> bool:
+    def __exit__(self, exc_type, exc, tb) -> Literal[False]:
         result = self.result
         result.wall_s = time.perf_counter() - self._t0
         if self in _active_measures:

@@ -18,9 +18,10 @@ we have tested and stands down on releases expected to carry the upstream fix (P
 from __future__ import annotations
 
 import weakref
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any
 
 from .probes import tensorflow as tf_probe
 from .probes.availability import Unavailable
@@ -42,7 +43,7 @@ class PurgeResult:
     skipped: Unavailable | None = None
     purged_keys: list[str] = field(default_factory=list)
 
-    def merged_with(self, later: "PurgeResult") -> "PurgeResult":
+    def merged_with(self, later: PurgeResult) -> PurgeResult:
         """This pass followed by ``later``: purges add up, what is kept is what ``later`` kept."""
         return PurgeResult(
             purged=self.purged + later.purged,
@@ -67,7 +68,7 @@ def _closure_values(fn: Any) -> dict[str, Any]:
     if code is None:
         return {}
     values = {}
-    for name, cell in zip(code.co_freevars, closure):
+    for name, cell in zip(code.co_freevars, closure, strict=False):
         try:
             values[name] = cell.cell_contents
         except ValueError:  # an empty cell
@@ -138,9 +139,9 @@ def purge_dead_custom_gradients() -> PurgeResult:
         (78, 2)
     """
     result = PurgeResult(skipped=support())
-    if result.skipped is not None:
-        return result
     registry = tf_probe.gradient_registry()
+    if result.skipped is not None or isinstance(registry, Unavailable):  # support() saw the registry too
+        return result
     for key, refs in _custom_gradient_entries(registry):
         if not refs:
             result.kept_unknown += 1
@@ -181,10 +182,10 @@ def entries_tied_to_their_variables() -> Iterator[PurgeResult]:
         (4, 2)
     """
     result = PurgeResult(skipped=support())
-    if result.skipped is not None:
+    registry = tf_probe.gradient_registry()
+    if result.skipped is not None or isinstance(registry, Unavailable):  # support() saw the registry too
         yield result
         return
-    registry = tf_probe.gradient_registry()
     tied: list[tuple[str, list[weakref.ref]]] = []
     try:
         # A helper, so that no variable stays bound in this suspended generator's frame.

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass, field
 from typing import Any
 
-from .holders import HolderReport, running_shell, collect_heavy, find_holders
+from .holders import HolderReport, collect_heavy, find_holders, running_shell
 from .probes import keras as keras_probe
 from .probes import nvml as nvml_probe
 from .probes import process as process_probe
 from .probes import tensorflow as tf_probe
 from .probes.availability import Unavailable, guarded, to_jsonable
+from .records import Record
 from .tables import Report, Section, format_bytes, format_value
 
 __all__ = ['MemorySnapshot', 'session_facts', 'tf_mem']
@@ -50,7 +52,8 @@ def session_facts(shell=None) -> dict[str, Any]:
     return to_jsonable({"keras": keras_probe.snapshot(), "tensorflow_graph": graph, "models": models})
 
 
-class MemorySnapshot(Report):
+@dataclass(eq=False, repr=False)
+class MemorySnapshot(Record, Report):
     """What the process holds right now (the result of ``tf_mem()`` / ``%tf_mem``).
 
     Attributes hold plain JSON-able dicts; ``to_dict()`` gives all of them.
@@ -61,27 +64,13 @@ class MemorySnapshot(Report):
         True
     """
 
-    def __init__(self, process, tensorflow, keras, nvml, models, holders: HolderReport | None):
-        self.ts = time.time()
-        self.process = process
-        self.tensorflow = tensorflow
-        self.keras = keras
-        self.nvml = nvml
-        self.models = models
-        self.holders = holders
-
-    def to_dict(self) -> dict[str, Any]:
-        return to_jsonable(
-            {
-                "ts": self.ts,
-                "process": self.process,
-                "tensorflow": self.tensorflow,
-                "keras": self.keras,
-                "nvml": self.nvml,
-                "models": self.models,
-                "holders": self.holders.to_dict() if self.holders is not None else None,
-            }
-        )
+    ts: float = field(default_factory=time.time, kw_only=True)  # first on the wire, last in __init__
+    process: dict[str, Any]
+    tensorflow: dict[str, Any]
+    keras: dict[str, Any]
+    nvml: dict[str, Any]
+    models: list[dict[str, Any]]
+    holders: HolderReport | None
 
     def _title(self) -> str:
         return "kerasmagic: memory of this kernel"

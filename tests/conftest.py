@@ -39,12 +39,22 @@ def shell(ipython):
     ipython.reset(new_session=False)
 
 
-def run(shell, cell: str):
-    """Run ``cell`` as a user would (history on, so Out[] and _ fill), failing on any error."""
-    result = shell.run_cell(cell, store_history=True)
-    if not result.success:
-        raise AssertionError(f"cell failed: {result.error_before_exec or result.error_in_exec!r}\n{cell}")
-    return result.result
+@pytest.fixture
+def sigint_raises():
+    """SIGINT raises KeyboardInterrupt during the test, as in a kernel running a cell.
+
+    A process started in the background by a non-interactive shell (CI's runner, `cmd &`)
+    inherits SIGINT *ignored*, and Python then installs no handler: a test that interrupts
+    itself would wait for nothing. ipykernel, likewise, ignores SIGINT between cells and
+    installs ``default_int_handler`` while one runs; this does what it does for a cell.
+    """
+    import signal
+
+    saved = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, saved)
 
 
 @pytest.fixture(scope="session", autouse=True)

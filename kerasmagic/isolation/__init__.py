@@ -16,8 +16,15 @@ Example:
 from __future__ import annotations
 
 from .api import run_isolated
-from .errors import (IsolatedCellError, IsolatedCrash, IsolatedInterrupt, IsolatedShippingError, IsolatedTimeout,
-                     IsolationUsageError, IsolationWarning)
+from .errors import (
+    IsolatedCellError,
+    IsolatedCrash,
+    IsolatedInterrupt,
+    IsolatedShippingError,
+    IsolatedTimeout,
+    IsolationUsageError,
+    IsolationWarning,
+)
 from .mapping import IsolatedMapResult, isolated_map
 from .pool import configure_pool, prestart_pool, shutdown_default_pool
 from .result import IsolatedHistory, IsolatedResult

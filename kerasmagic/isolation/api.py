@@ -7,7 +7,8 @@ import keyword
 import re
 import shutil
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from ..errors import KerasMagicUsageError, check_seed, check_timeout
 from ..probes.process import rss_bytes
@@ -33,7 +34,8 @@ def check_options(timeout: float | None, env: dict[str, str] | None, outputs: li
         raise IsolationUsageError(str(exc)) from None
     for key, value in (env or {}).items():
         if not isinstance(key, str) or not key or "=" in key or not isinstance(value, str):
-            raise IsolationUsageError(f"env takes string names and values, e.g. {{'TF_ENABLE_ONEDNN_OPTS': '0'}}; got {key!r}: {value!r}")
+            raise IsolationUsageError("env takes string names and values, e.g. {'TF_ENABLE_ONEDNN_OPTS': '0'}; "
+                                      f"got {key!r}: {value!r}")
     for name in outputs or []:
         if not isinstance(name, str) or not name.isidentifier() or keyword.iskeyword(name):
             raise IsolationUsageError(f"outputs are variable names; {name!r} is not one")
@@ -66,6 +68,26 @@ def check_gpu(gpu: str | int | None) -> str | None:
     return ",".join(items)
 
 
+def check_target(on: Any, address: str | None, gpu: Any) -> Any:
+    """The :class:`~kerasmagic.isolation.cluster.target.OnRay` that ``on`` names, or None (local).
+
+    Example:
+        >>> check_target("ray", None, "0")
+        Traceback (most recent call last):
+        ...
+        kerasmagic.isolation.errors.IsolationUsageError: gpu= picks this machine's GPUs; on a Ray cluster, Ray
+        assigns them: use on=OnRay(num_gpus=1)
+    """
+    # The cluster code loads only for on= (and imports no Ray: that waits for the first job).
+    from .cluster.target import resolve_on  # noqa: PLC0415
+
+    target = resolve_on(on, address)
+    if target is not None and gpu is not None:
+        raise IsolationUsageError("gpu= picks this machine's GPUs; on a Ray cluster, Ray assigns them: "
+                                  "use on=OnRay(num_gpus=1)")
+    return target
+
+
 def check_inputs(inputs: dict[str, Any] | None) -> None:
     """Input names become the code's global variables, so each must be a Python identifier."""
     if inputs is not None and not isinstance(inputs, dict):
@@ -77,48 +99,64 @@ def check_inputs(inputs: dict[str, Any] | None) -> None:
                 f"{name!r} is not one (e.g. {{'data': value}})")
 
 
-def parse_in_kernel(code: str, what: str, first_line: int = 1) -> ast.Module:
+def parse_in_kernel(code: str, what: str) -> ast.Module:
     """Parse the code here, refusing what does not parse in the in-process ``%%fresh_model`` wording.
 
-    ``first_line`` is the number the code's first line has where the user sees it (2 in a
-    cell under its magic line), so that the line named is the one the user reads.
+    The line named is the code's own line number: a cell arrives with its magic's line as
+    line 1 (:func:`~kerasmagic.isolation.cell.run_cell_isolated`), as the notebook shows it.
 
     Example:
         >>> parse_in_kernel("x = (1,", "the code")
         Traceback (most recent call last):
         ...
-        kerasmagic.isolation.errors.IsolationUsageError: the code does not parse: '(' was never closed (line 1: 'x = (1,'); nothing was run
+        kerasmagic.isolation.errors.IsolationUsageError: the code does not parse: '(' was never closed
+        (line 1: 'x = (1,'); nothing was run
     """
     try:
         return ast.parse(code)
     except SyntaxError as exc:
-        line = (exc.lineno or 1) + first_line - 1
         raise IsolationUsageError(
-            f"{what} does not parse: {exc.msg} (line {line}: {(exc.text or '').strip()!r}); nothing was run") from None
+            f"{what} does not parse: {exc.msg} (line {exc.lineno or 1}: {(exc.text or '').strip()!r}); "
+            "nothing was run") from None
 
 
-def compile_in_kernel(code: str, what: str, where: str, first_line: int = 1) -> None:
+def compile_in_kernel(code: str, what: str, where: str) -> None:
     """Compile the code here, as the worker would: what cannot run (``return``/``yield``/``await``
     at the top, ``nonlocal`` outside a function) is refused before a process is used, in the
     in-process ``%%fresh_model`` wording, not as a worker's traceback.
 
-    ``ast.parse`` accepts all of these; only ``compile`` refuses them. ``first_line`` as in
-    :func:`parse_in_kernel`.
+    ``ast.parse`` accepts all of these; only ``compile`` refuses them.
 
     Example:
         >>> compile_in_kernel("x = 1\\nreturn x", "the code", "run_isolated()")
         Traceback (most recent call last):
         ...
-        kerasmagic.isolation.errors.IsolationUsageError: the code cannot run under run_isolated(): 'return' outside function (line 2); nothing was run
+        kerasmagic.isolation.errors.IsolationUsageError: the code cannot run under run_isolated(): 'return' outside
+        function (line 2); nothing was run
     """
     try:
         compile(code, "<isolated code>", "exec")
     except SyntaxError as exc:
         hint = " (top-level await: put the code in an async function and asyncio.run() it)" if (
             "await" in (exc.msg or "")) else ""
-        line = (exc.lineno or 1) + first_line - 1
-        raise IsolationUsageError(f"{what} cannot run under {where}: {exc.msg} (line {line}){hint}; "
+        raise IsolationUsageError(f"{what} cannot run under {where}: {exc.msg} (line {exc.lineno or 1}){hint}; "
                                   "nothing was run") from None
+
+
+def check_code(code: str, what: str, where: str,
+               refuse: Callable[[ast.Module], None] | None = None) -> ast.Module:
+    """The code's syntax tree, once it parses and compiles here (``refuse`` may object to the tree
+    in between): code that cannot run never reaches a job folder or a process.
+
+    Example:
+        >>> check_code("y = x * 2", "the code", "run_isolated()").body[0].targets[0].id
+        'y'
+    """
+    tree = parse_in_kernel(code, what)
+    if refuse is not None:
+        refuse(tree)
+    compile_in_kernel(code, what, where)
+    return tree
 
 
 def encode_named(name: str, value: Any, directory: str, result: IsolatedResult, hint: str) -> dict[str, Any]:
@@ -131,10 +169,54 @@ def encode_named(name: str, value: Any, directory: str, result: IsolatedResult, 
     return spec
 
 
+def _encode_call(function: Callable[..., Any], args: tuple, kwargs: dict[str, Any], directory: str,
+                 result: IsolatedResult) -> dict[str, Any]:
+    return {
+        "function": encode_named(getattr(function, "__name__", "function"), function, directory, result,
+                                 "define it at module level or in the notebook"),
+        "args": [encode_named(f"args[{i}]", value, directory, result, _SCRIPT_HINT) for i, value in enumerate(args)],
+        "kwargs": {key: encode_named(f"kwargs[{key!r}]", value, directory, result, _SCRIPT_HINT)
+                   for key, value in kwargs.items()},
+    }
+
+
+def prepare_job(mode: str, result: IsolatedResult, *, hint: str, inputs: dict[str, Any] | None = None,
+                call: tuple[Callable[..., Any], tuple, dict[str, Any]] | None = None, **fields: Any) -> Job:
+    """Encode a job's values into a new job folder and build its :class:`Job`: the one preparation
+    :func:`run_isolated` and ``%%fresh_model --isolate`` share.
+
+    ``inputs`` become the code's variables (``hint`` says what to do with one that cannot
+    travel); ``call`` is ``(function, args, kwargs)`` for a function job; ``fields`` are the
+    rest of the job (``code``, ``outputs``, ``seed``...). ``result`` gets the kernel's RSS
+    before, what was sent and how long it took. If a value cannot be sent, the folder is
+    removed and the :class:`IsolationUsageError` names the value: nothing ran.
+
+    Example:
+        >>> result = IsolatedResult("isolated code")
+        >>> job = prepare_job("code", result, hint="", inputs={"x": 21}, code="y = x * 2", outputs=["y"])
+        >>> job.mode, list(job.inputs), [shipped.name for shipped in result.sent]
+        ('code', ['x'], ['x'])
+        >>> shutil.rmtree(job.directory)
+    """
+    result.kernel_rss_before_bytes = rss_bytes()
+    directory = make_job_directory()
+    started = time.perf_counter()
+    try:
+        specs = {name: encode_named(name, value, directory, result, hint) for name, value in (inputs or {}).items()}
+        encoded_call = None if call is None else _encode_call(*call, directory, result)
+        job = Job(mode, directory, inputs=specs, call=encoded_call, **fields)
+    except BaseException:
+        shutil.rmtree(directory, ignore_errors=True)
+        raise
+    result.ship_in_s = time.perf_counter() - started
+    return job
+
+
 def run_isolated(code_or_function: str | Callable[..., Any], *, inputs: dict[str, Any] | None = None,
                  outputs: list[str] | None = None, args: tuple = (), kwargs: dict[str, Any] | None = None,
                  timeout: float | None = None, gpu: str | int | None = None, env: dict[str, str] | None = None,
-                 seed: int | None = None, quiet: bool = False) -> IsolatedResult:
+                 seed: int | None = None, quiet: bool = False, on: Any = None,
+                 address: str | None = None) -> IsolatedResult:
     """Run code or a function in a fresh worker process; every byte it used is returned at the end.
 
     A string of code runs with ``inputs`` as its globals; the names it assigns (or only
@@ -150,6 +232,11 @@ def run_isolated(code_or_function: str | Callable[..., Any], *, inputs: dict[str
         seed: ``keras.utils.set_random_seed(seed)`` in the worker before the code runs.
         quiet: do not forward the worker's stdout/stderr (it is still kept in
             ``result.last_output``); useful for loops with ``verbose`` training.
+        on: ``"ray"`` runs the job on the connected Ray cluster (``ray.init(...)``, else
+            ``address=``, else ``RAY_ADDRESS``), still as a fork of a warm template on the
+            node Ray picks; ``OnRay(num_gpus=1, node=...)`` sets its resources and place;
+            ``"ray-local"`` starts a local cluster to try it. See docs/scale-out.md.
+        address: the Ray cluster's address, with ``on="ray"``.
 
     Raises:
         IsolationUsageError: bad options, or an input that cannot be sent (nothing ran).
@@ -165,44 +252,26 @@ def run_isolated(code_or_function: str | Callable[..., Any], *, inputs: dict[str
         >>> run_isolated("y = x * 2", inputs={"x": 21}).outputs                          # doctest: +SKIP
         {'y': 42}
     """
-    __tracebackhide__ = True  # noqa: F841
+    __tracebackhide__ = True
     check_options(timeout, env, outputs, seed)
     check_inputs(inputs)
     gpu = check_gpu(gpu)
+    target = check_target(on, address, gpu)
     if isinstance(code_or_function, str):
         # Here, before a process or a job folder is used: nothing runs halfway, then fails.
-        tree = parse_in_kernel(code_or_function, "the code")
-        compile_in_kernel(code_or_function, "the code", "run_isolated()")
-    result = IsolatedResult("isolated function" if callable(code_or_function) else "isolated code")
-    result.kernel_rss_before_bytes = rss_bytes()
-    directory = make_job_directory()
-    started = time.perf_counter()
-    try:
-        if isinstance(code_or_function, str):
-            names = analyse(tree)
-            specs = {name: encode_named(name, value, directory, result, _SCRIPT_HINT)
-                     for name, value in (inputs or {}).items()}
-            wanted = list(outputs) if outputs is not None else names.assigns
-            job = Job("code", directory, code=code_or_function, inputs=specs, outputs=wanted,
-                      required_outputs=list(outputs or []), seed=seed)
-        elif callable(code_or_function):
-            if inputs or outputs:
-                raise IsolationUsageError("inputs/outputs are for code strings; pass a function's data as args/kwargs")
-            call = {
-                "function": encode_named(getattr(code_or_function, "__name__", "function"), code_or_function,
-                                         directory, result, "define it at module level or in the notebook"),
-                "args": [encode_named(f"args[{i}]", value, directory, result, _SCRIPT_HINT)
-                         for i, value in enumerate(args)],
-                "kwargs": {key: encode_named(f"kwargs[{key!r}]", value, directory, result, _SCRIPT_HINT)
-                           for key, value in (kwargs or {}).items()},
-            }
-            job = Job("function", directory, call=call, seed=seed)
-        else:
-            raise IsolationUsageError(
-                f"run_isolated() takes a string of code or a function, not {type(code_or_function).__name__}")
-        result.ship_in_s = time.perf_counter() - started
-    except BaseException:
-        shutil.rmtree(directory, ignore_errors=True)
-        raise
+        tree = check_code(code_or_function, "the code", "run_isolated()")
+        result = IsolatedResult("isolated code")
+        job = prepare_job("code", result, hint=_SCRIPT_HINT, inputs=inputs, code=code_or_function,
+                          outputs=list(outputs) if outputs is not None else analyse(tree).assigns,
+                          required_outputs=list(outputs or []), seed=seed)
+    elif callable(code_or_function):
+        if inputs or outputs:
+            raise IsolationUsageError("inputs/outputs are for code strings; pass a function's data as args/kwargs")
+        result = IsolatedResult("isolated function")
+        job = prepare_job("function", result, hint=_SCRIPT_HINT, call=(code_or_function, args, kwargs or {}),
+                          seed=seed)
+    else:
+        raise IsolationUsageError(
+            f"run_isolated() takes a string of code or a function, not {type(code_or_function).__name__}")
     spec = worker_spec(gpu=gpu, env=env)
-    return run_job(job, spec, result, timeout=timeout, forward_output=not quiet)
+    return run_job(job, spec, result, timeout=timeout, forward_output=not quiet, on=target)

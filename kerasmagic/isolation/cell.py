@@ -7,25 +7,24 @@ nothing else in the namespace changes, whatever happens.
 
 from __future__ import annotations
 
+import ast
 import builtins
-import shutil
-import time
+import tokenize
+from typing import Any
+
+from IPython.core.displayhook import DisplayHook
 
 from ..ipython_names import is_ipython_name, new_variable_name_problem
-from ..probes.process import rss_bytes
-from .api import check_gpu, check_options, compile_in_kernel, encode_named, parse_in_kernel
-from .cell_names import analyse, uses_get_ipython
+from .api import check_code, check_gpu, check_options, check_target, prepare_job
+from .cell_names import CellNames, analyse, uses_get_ipython
 from .errors import IsolationUsageError
 from .pool import worker_spec
 from .result import IsolatedResult
 from .runner import Job, run_job
-from .shipping import make_job_directory
 
 __all__ = ['run_cell_isolated']
 
 _CELL_HINT = "build it inside the cell or pass --in with a picklable value"
-# The cell's first line under the `%%fresh_model --isolate` line, as the notebook numbers it.
-_FIRST_BODY_LINE = 2
 
 
 def _is_ipython_name(shell, name: str) -> bool:
@@ -53,13 +52,18 @@ def cell_inputs(shell, reads: list[str], explicit: list[str]) -> list[str]:
 
 def run_cell_isolated(shell, cell: str, *, inputs: list[str] | None, outputs: list[str] | None, no_return: bool,
                       timeout: float | None, gpu: str | None, env: dict[str, str], seed: int | None,
-                      quiet: bool) -> IsolatedResult:
+                      quiet: bool, on: Any = None, address: str | None = None,
+                      header: str = "%%fresh_model --isolate") -> IsolatedResult:
     """Run a notebook cell in a fresh worker process and bring the names it assigns back.
 
     The names the cell reads are sent from ``shell.user_ns`` (plus ``inputs``); the names it
     assigns (or only ``outputs``; none with ``no_return``) are put into ``shell.user_ns``.
-    Output streams into the cell while it runs; ``display()`` and figures show as usual.
+    Output streams into the cell while it runs; ``display()`` and figures show as usual, and
+    so does the last expression's value unless the cell ends with ``;`` (IPython's rule).
     ``quiet`` is the magic's ``-q``: the magic, not this function, displays the report.
+    ``on``/``address`` run it on a Ray cluster, as for :func:`~kerasmagic.isolation.run_isolated`.
+    ``header`` is the magic's line: line 1 of the cell, as the notebook numbers it, so that
+    errors and tracebacks name the lines the user sees.
 
     Raises:
         IsolationUsageError: bad options, magics in the cell, or a name that cannot be sent.
@@ -71,7 +75,20 @@ def run_cell_isolated(shell, cell: str, *, inputs: list[str] | None, outputs: li
         ...                            inputs=None, outputs=None, no_return=False, timeout=600,
         ...                            gpu=None, env={}, seed=0, quiet=False)   # doctest: +SKIP
     """
-    __tracebackhide__ = True  # noqa: F841
+    __tracebackhide__ = True
+    gpu, target = _check_cell_options(inputs, outputs, no_return, timeout, gpu, env, seed, on, address)
+    result = IsolatedResult(f"cell [{getattr(shell, 'execution_count', '?')}]")
+    job = _prepare_cell_job(shell, cell, header, result, inputs=list(inputs or []), outputs=outputs,
+                            no_return=no_return, seed=seed)
+    run_job(job, worker_spec(gpu=gpu, env=env), result, timeout=timeout, forward_output=True, on=target)
+    shell.user_ns.update(result.outputs)
+    return result
+
+
+def _check_cell_options(inputs: list[str] | None, outputs: list[str] | None, no_return: bool,
+                        timeout: float | None, gpu: str | None, env: dict[str, str], seed: int | None,
+                        on: Any, address: str | None) -> tuple[str | None, Any]:
+    """Refuse bad options before anything is read or sent; the GPUs and the Ray target to use."""
     check_options(timeout, env, outputs, seed)
     for name in inputs or []:
         if not name.isidentifier():
@@ -83,38 +100,50 @@ def run_cell_isolated(shell, cell: str, *, inputs: list[str] | None, outputs: li
         if problem:  # `--out In` would overwrite IPython's input history in the notebook
             raise IsolationUsageError(f"--out names variables to bring back into the notebook; {problem}")
     gpu = check_gpu(gpu)
-    code = shell.transform_cell(cell)
-    # Errors name lines as the notebook shows them: the magic's own line is line 1. The
-    # wording is the in-process %%fresh_model's, so a cell fails the same way either way.
-    tree = parse_in_kernel(code, "the cell", first_line=_FIRST_BODY_LINE)
+    return gpu, check_target(on, address, gpu)
+
+
+def _refuse_ipython_syntax(tree: ast.Module) -> None:
     # The syntax tree, not the text: IPython turns magics and `!` lines into get_ipython()
     # calls, while a string that merely mentions get_ipython() is harmless.
     if uses_get_ipython(tree):
         raise IsolationUsageError(
             "an isolated cell runs in a plain Python worker, without IPython: magics (%...), "
             "shell commands (!...) and get_ipython() cannot run there; move them to a cell of their own")
-    compile_in_kernel(code, "the cell", "%%fresh_model", first_line=_FIRST_BODY_LINE)
-    names = analyse(tree)
-    send = cell_inputs(shell, names.reads, list(inputs or []))
-    if no_return:
-        wanted, required = [], []
-    elif outputs:
-        wanted, required = list(outputs), list(outputs)
-    else:
-        wanted, required = names.assigns, []
 
-    result = IsolatedResult(f"cell [{getattr(shell, 'execution_count', '?')}]")
-    result.kernel_rss_before_bytes = rss_bytes()
-    directory = make_job_directory()
-    started = time.perf_counter()
+
+def _shows_last_value(cell: str) -> bool:
+    """IPython's rule, the one ``@output_can_be_silenced`` applies to the in-process magic: a
+    last ``;`` hides the value, a comment after it included (``x;  # note``)."""
     try:
-        specs = {name: encode_named(name, shell.user_ns[name], directory, result, _CELL_HINT) for name in send}
-    except BaseException:
-        shutil.rmtree(directory, ignore_errors=True)
-        raise
-    result.ship_in_s = time.perf_counter() - started
-    job = Job("code", directory, code=code, inputs=specs, outputs=wanted, required_outputs=required,
-              seed=seed, display_last=True)
-    run_job(job, worker_spec(gpu=gpu, env=env), result, timeout=timeout, forward_output=True)
-    shell.user_ns.update(result.outputs)
-    return result
+        return not DisplayHook.semicolon_at_end_of_expression(cell)
+    except (tokenize.TokenError, SyntaxError):  # e.g. `!echo (`: not Python, refused later anyway
+        return True
+
+
+def _wanted_outputs(names: CellNames, outputs: list[str] | None, no_return: bool) -> tuple[list[str], list[str]]:
+    """The names to bring back, and those of them the cell must have assigned (``--out``)."""
+    if no_return:
+        return [], []
+    if outputs:
+        return list(outputs), list(outputs)
+    return names.assigns, []
+
+
+def _prepare_cell_job(shell, cell: str, header: str, result: IsolatedResult, *, inputs: list[str],
+                      outputs: list[str] | None, no_return: bool, seed: int | None) -> Job:
+    """The cell checked here (it parses, compiles and runs no IPython syntax), then its job.
+
+    The magic's line comes first, as a comment: line numbers in errors and in the worker's
+    traceback are then the notebook's, as they are in-process (where the magic line is line 1).
+    """
+    __tracebackhide__ = True
+    code = f"# {header}\n{shell.transform_cell(cell)}"
+    # The wording is the in-process %%fresh_model's, so a cell fails the same way either way.
+    tree = check_code(code, "the cell", "%%fresh_model", refuse=_refuse_ipython_syntax)
+    names = analyse(tree)
+    send = cell_inputs(shell, names.reads, inputs)
+    wanted, required = _wanted_outputs(names, outputs, no_return)
+    return prepare_job("code", result, hint=_CELL_HINT, inputs={name: shell.user_ns[name] for name in send},
+                       code=code, outputs=wanted, required_outputs=required, seed=seed,
+                       display_last=_shows_last_value(cell))

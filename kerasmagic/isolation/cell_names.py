@@ -80,7 +80,7 @@ class _Scope:
             for expression in evaluated_at_definition(node):
                 self._walk(expression)
             if not isinstance(node, (ast.Lambda, *_COMPREHENSIONS)):
-                self.bound.add(node.name)  # type: ignore[attr-defined]
+                self.bound.add(node.name)
             self.children.append(_Scope(node))
             return
         if isinstance(node, ast.Name):
@@ -142,7 +142,7 @@ def evaluated_at_definition(node: ast.AST) -> list[ast.AST]:
     if isinstance(node, ast.ClassDef):
         return [*node.decorator_list, *node.bases, *(k.value for k in node.keywords)]
     if isinstance(node, _COMPREHENSIONS):
-        return [node.generators[0].iter]  # type: ignore[attr-defined]
+        return [node.generators[0].iter]
     return []
 
 
@@ -198,7 +198,7 @@ class _TopLevel(ast.NodeVisitor):
         self.visit(node.value)
         self.visit(node.target)
 
-    def visit_For(self, node: ast.For) -> None:
+    def visit_For(self, node: ast.For | ast.AsyncFor) -> None:
         self.visit(node.iter)
         self.visit(node.target)
         for statement in (*node.body, *node.orelse):
@@ -229,14 +229,14 @@ class _TopLevel(ast.NodeVisitor):
         for name in _free_loads(node):
             self._load(name)
 
-    def visit_FunctionDef(self, node: ast.FunctionDef) -> None:
+    def visit_FunctionDef(self, node: ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) -> None:
         self._visit_scope(node)
         self._store(node.name)
 
     visit_AsyncFunctionDef = visit_FunctionDef
     visit_ClassDef = visit_FunctionDef
 
-    def visit_Lambda(self, node: ast.Lambda) -> None:
+    def visit_Lambda(self, node: ast.Lambda | ast.ListComp | ast.SetComp | ast.DictComp | ast.GeneratorExp) -> None:
         self._visit_scope(node)
 
     visit_ListComp = visit_SetComp = visit_DictComp = visit_GeneratorExp = visit_Lambda

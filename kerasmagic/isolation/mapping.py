@@ -13,12 +13,13 @@ import os
 import shutil
 import sys
 import time
-from collections.abc import Iterable, Sequence
-from typing import Any, Callable
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
+from ..probes import nvml
 from ..probes.process import rss_bytes
 from ..tables import Report, Section, format_bytes
-from .api import check_gpu, check_options, encode_named
+from .api import check_gpu, check_options, check_target, encode_named
 from .errors import IsolatedInterrupt, IsolationUsageError
 from .pool import default_pool, worker_spec
 from .result import IsolatedResult
@@ -57,7 +58,7 @@ class IsolatedMapResult(Report, Sequence):
         self.kernel_rss_after_bytes = kernel_rss_after_bytes
         self.notes = notes
 
-    def __getitem__(self, index):  # type: ignore[override]
+    def __getitem__(self, index):
         return self.values[index]
 
     def __len__(self) -> int:
@@ -93,8 +94,9 @@ class IsolatedMapResult(Report, Sequence):
             gpu_text = f", GPU {format_bytes(gpu)}" if gpu else ""
             how = {"warm": "forked", "starting": "forked", "cold": "forked, first"}.get(job.worker_state, "fresh")
             status = job.status if job.status == "ok" else f"{job.status}: {job.error or job.status}"
+            where = f" on {job.node.get('ip', '?')}/{str(job.node.get('node_id', ''))[:6]}" if job.node else ""
             jobs.add(f"[{index}] {_short(self.items[index])}", f"{job.wall_s:.2f} s",
-                     f"{status}; RSS peak {peak}{gpu_text}; {how}")
+                     f"{status}; RSS peak {peak}{gpu_text}; {how}{where}")
         kernel = Section("Kernel")
         kernel.add("RSS change", format_bytes(self.kernel_rss_after_bytes - self.kernel_rss_before_bytes, signed=True),
                    f"{format_bytes(self.kernel_rss_before_bytes)} → {format_bytes(self.kernel_rss_after_bytes)}")
@@ -120,8 +122,8 @@ def _gpu_plan(gpu: Any, count: int) -> list[str | None]:
     if isinstance(gpu, (list, tuple)):
         if not gpu:
             raise IsolationUsageError("gpu=[] names no GPU; give indices like [0, 1], 'round-robin' or None")
-        devices = [check_gpu(g) for g in gpu]
-        return [devices[i % len(devices)] for i in range(count)]
+        chosen = [check_gpu(g) for g in gpu]
+        return [chosen[i % len(chosen)] for i in range(count)]
     return [check_gpu(gpu)] * count
 
 
@@ -130,8 +132,6 @@ def _visible_gpus() -> list[str]:
     if visible is not None and visible.strip():
         return [item.strip() for item in visible.split(",") if item.strip() and item.strip() != "-1"] or \
             _no_gpu("CUDA_VISIBLE_DEVICES hides every GPU in this kernel")
-    from ..probes import nvml
-
     devices = nvml.devices()
     if not isinstance(devices, list) or not devices:
         return _no_gpu(str(devices))
@@ -163,7 +163,7 @@ class _Progress:
         if shell is not None:
             try:
                 import ipywidgets
-                from IPython.display import display
+                from IPython.display import display  # noqa: PLC0415 - workers import this package too: no IPython there
 
                 self.widget = ipywidgets.IntProgress(min=0, max=total, description="isolated_map")
                 self.label = ipywidgets.HTML()
@@ -220,7 +220,8 @@ def _check_map_options(fn: Any, workers: Any, on_error: Any) -> None:
 
 def isolated_map(fn: Callable[[Any], Any], items: Iterable[Any], *, workers: int = 1, timeout: float | None = None,
                  gpu: Any = None, env: dict[str, str] | None = None, seed: int | None = None,
-                 on_error: str = "raise", quiet: bool = False, progress: bool = True) -> IsolatedMapResult:
+                 on_error: str = "raise", quiet: bool = False, progress: bool = True, on: Any = None,
+                 address: str | None = None) -> IsolatedMapResult:
     """Call ``fn(item)`` for every item, each call in a fresh process; values in input order.
 
     Each call is a fork of the warm template (the frameworks are imported once, not per
@@ -241,6 +242,10 @@ def isolated_map(fn: Callable[[Any], Any], items: Iterable[Any], *, workers: int
             and the exception takes the failed item's place.
         quiet: keep the calls' output out of the cell (each job keeps its last lines).
         progress: show a progress bar (a widget in a notebook, a line in a terminal).
+        on: ``"ray"`` (or ``OnRay(...)``) runs the calls on a Ray cluster, ``workers`` at a
+            time, each a fork of a warm template on the node Ray picks; ``fn`` and what it
+            refers to go up to the object store once. See :func:`run_isolated`.
+        address: the Ray cluster's address, with ``on="ray"``.
 
     Raises:
         IsolationUsageError: bad options or an item that cannot be sent; nothing ran.
@@ -254,17 +259,22 @@ def isolated_map(fn: Callable[[Any], Any], items: Iterable[Any], *, workers: int
         >>> sum(scores) / len(scores)                                        # doctest: +SKIP
         0.912
     """
-    __tracebackhide__ = True  # noqa: F841
+    __tracebackhide__ = True
     _check_map_options(fn, workers, on_error)
     check_options(timeout, env, None, seed)
+    target = check_target(on, address, gpu)
     items = list(items)
     gpus = _gpu_plan(gpu, len(items))
-    pool = default_pool()
-    at_once = min(workers, pool.size, max(len(items), 1))
     notes = []
-    if workers > pool.size:
-        notes.append(f"workers={workers} capped at {pool.size}, the pool's size: "
-                     f"configure_pool(size={workers}) allows more at once")
+    if target is not None:
+        pool = None
+        at_once = min(workers, max(len(items), 1))  # the cluster's resources decide what really runs at once
+    else:
+        pool = default_pool()
+        at_once = min(workers, pool.size, max(len(items), 1))
+        if workers > pool.size:
+            notes.append(f"workers={workers} capped at {pool.size}, the pool's size: "
+                         f"configure_pool(size={workers}) allows more at once")
     kernel_before = rss_bytes()
     started = time.perf_counter()
     shared = make_job_directory()
@@ -294,7 +304,6 @@ def isolated_map(fn: Callable[[Any], Any], items: Iterable[Any], *, workers: int
         shutil.rmtree(shared, ignore_errors=True)
         raise
     bar = _Progress(len(runs), progress)
-    index_of = {id(run): i for i, run in enumerate(runs)}
 
     def summary() -> IsolatedMapResult:
         values = [run.result.value if run.error is None else run.error for run in runs]
@@ -302,20 +311,30 @@ def isolated_map(fn: Callable[[Any], Any], items: Iterable[Any], *, workers: int
                                  wall_s=time.perf_counter() - started, kernel_rss_before_bytes=kernel_before,
                                  kernel_rss_after_bytes=rss_bytes(), notes=notes)
 
+    def progress_of(run: Any) -> None:
+        bar.update(index_of[id(run.result)], run)
+
+    index_of = {id(run.result): i for i, run in enumerate(runs)}
     try:
-        drive(runs, pool=pool, at_once=at_once, stop_on_error=on_error == "raise",
-              on_change=lambda run: bar.update(index_of[id(run)], run))
+        if target is not None:
+            from .cluster.remote import drive_on_ray  # noqa: PLC0415 - the Ray driver loads for on="ray" only
+
+            runs = drive_on_ray(runs, target, at_once=at_once, stop_on_error=on_error == "raise",  # type: ignore[assignment]
+                                on_change=progress_of)
+        else:
+            drive(runs, pool=pool, at_once=at_once, stop_on_error=on_error == "raise", on_change=progress_of)
+    # The partial summary travels on the exception (documented above): any exception, so an
+    # attribute set at run time that no exception class declares.
     except IsolatedInterrupt as exc:
         exc.map_result = summary()  # type: ignore[attr-defined]
         raise
     finally:
         shutil.rmtree(shared, ignore_errors=True)
-    result = summary()
+    mapped = summary()
     if on_error == "raise":
-        failures = [run for run in runs if run.error is not None]
-        if failures:
-            error = failures[0].error
-            error.map_result = result  # type: ignore[union-attr]
-            raise error from None
-    return result
+        errors = [run.error for run in runs if run.error is not None]
+        if errors:
+            errors[0].map_result = mapped  # type: ignore[attr-defined]
+            raise errors[0] from None
+    return mapped
 

@@ -36,13 +36,15 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
-from typing import Any, Callable
+from typing import Any
 
 from ..probes.availability import Unavailable
 from ..probes.process import pid_exists
+from .errors import IsolationUsageError
 from .template import LATE_ENV, MAX_CONTROL_BYTES
 
 logger = logging.getLogger(__name__)
@@ -51,7 +53,7 @@ DEFAULT_IDLE_TIMEOUT_S = 600.0
 
 #: Heavy modules a template imports up front when the kernel has them imported.
 _PRELOADABLE = ("numpy", "pandas", "tensorflow", "tf_keras", "keras", "jax", "torch", "matplotlib.pyplot", "sklearn")
-_MPL_BACKEND = "module://kerasmagic.isolation.mpl_backend"
+_MPL_BACKEND = "module://kerasmagic.isolation.child.mpl_backend"
 #: Variables that change by themselves (pytest sets one per test) and mean nothing to TF:
 #: a template started under another value of these is still the right template.
 _VOLATILE_ENV = frozenset({"PYTEST_CURRENT_TEST", "_", "OLDPWD", "PWD", "COLUMNS", "LINES"})
@@ -94,11 +96,11 @@ class WorkerSpec:
     def late_env(self) -> dict[str, str]:
         return {k: v for k, v in self.env if k in LATE_ENV}
 
-    def can_run(self, needed: "WorkerSpec") -> bool:
+    def can_run(self, needed: WorkerSpec) -> bool:
         """Same import-time environment: a template that lacks a module lets the job import it."""
         return self.template_env() == needed.template_env()
 
-    def covers(self, needed: "WorkerSpec") -> bool:
+    def covers(self, needed: WorkerSpec) -> bool:
         """Same import-time environment and every module the job's kernel has is imported."""
         return self.can_run(needed) and set(self.preload) >= set(needed.preload)
 
@@ -221,6 +223,12 @@ def _release_owner_locks() -> None:
 
 
 atexit.register(_release_owner_locks)
+
+
+def release_owner_locks() -> None:
+    """Give up this process's claim on its isolation files now (a Ray node agent that is told
+    to end; a kernel does it at exit)."""
+    _release_owner_locks()
 
 
 def _owner_gone(folder: str, pid: int) -> bool:
@@ -378,7 +386,7 @@ class JobProcess:
 
 
 class FreshWorker(JobProcess):
-    """A fresh interpreter (``python -m kerasmagic.isolation.worker``): pays the import itself."""
+    """A fresh interpreter (``python -m kerasmagic.isolation.child.worker``): pays the import itself."""
 
     origin = "fresh"
 
@@ -428,7 +436,7 @@ class ForkedWorker(JobProcess):
 
     origin = "forked"
 
-    def __init__(self, spec: WorkerSpec, template: "Template", pid: int, conn: Connection, stdout_fd: int,
+    def __init__(self, spec: WorkerSpec, template: Template, pid: int, conn: Connection, stdout_fd: int,
                  stderr_fd: int) -> None:
         super().__init__(spec, pid, conn, stdout_fd, stderr_fd)
         self.template = template
@@ -446,7 +454,7 @@ def _spawn_fresh(spec: WorkerSpec) -> FreshWorker:
     log_path = _log_file("worker")
     try:
         process = subprocess.Popen(
-            [sys.executable, "-m", "kerasmagic.isolation.worker",
+            [sys.executable, "-m", "kerasmagic.isolation.child.worker",
              "--channel-fd", str(child_sock.fileno()), "--watch-fd", str(watch_read),
              "--parent-pid", str(os.getpid()), "--preload", ",".join(spec.preload), "--warmup-log", log_path],
             pass_fds=(child_sock.fileno(), watch_read),
@@ -475,7 +483,7 @@ class Template:
 
     _job_ids = itertools.count(1)
 
-    def __init__(self, spec: WorkerSpec, on_end: Callable[["Template"], None]) -> None:
+    def __init__(self, spec: WorkerSpec, on_end: Callable[[Template], None]) -> None:
         self.spec = spec
         self.state = "starting"  # -> "ready" -> "retired" | "failed" | "dead"
         self.ready: Future = Future()
@@ -542,7 +550,7 @@ class Template:
                 break
             try:
                 self._handle(pickle.loads(data))
-            except Exception:  # noqa: BLE001 - one bad message must not stop the reader
+            except Exception:  # one bad message must not stop the reader
                 logger.exception("kerasmagic: bad message from isolation template %s", self.pid)
         self._ended()
 
@@ -604,7 +612,7 @@ class Template:
                 future.set_exception(ForkRefused("the template process ended"))
         self._on_end(self)
 
-    def _collect(self, worker: "ForkedWorker") -> None:
+    def _collect(self, worker: ForkedWorker) -> None:
         worker.kill()
         self.done_with(worker.pid)
 
@@ -768,7 +776,7 @@ def _guarded(launch: Launch, callback: Callable[[Future], None]) -> Callable[[Fu
     def run(future: Future) -> None:
         try:
             callback(future)
-        except BaseException as exc:  # noqa: BLE001 - handed to the waiting job instead
+        except BaseException as exc:  # handed to the waiting job instead
             logger.exception("kerasmagic: launching an isolated job failed")
             if not launch.future.done():
                 _fail_launch(launch, exc)
@@ -800,6 +808,28 @@ class WorkerPool:
         self._closed = False
         hold_owner_lock()
         sweep_orphans()
+
+    def configure(self, *, size: int | None = None, idle_timeout: float | None = None,
+                  fork: bool | None = None) -> None:
+        """Change the limit on jobs at once, the templates' idle timeout or forking (None: keep).
+
+        Running jobs and templates carry on; what changed applies to the next launch and
+        the next idle check.
+
+        Example:
+            >>> pool = WorkerPool(size=1)
+            >>> pool.configure(size=3, idle_timeout=60.0)
+            >>> pool.size, pool.idle_timeout, pool.fork
+            (3, 60.0, True)
+            >>> pool.shutdown()
+        """
+        with self._lock:
+            if size is not None:
+                self.size = size
+            if idle_timeout is not None:
+                self.idle_timeout = idle_timeout
+            if fork is not None:
+                self.fork = fork
 
     # --- the pool thread: every process is started here --------------------------------
 
@@ -973,8 +1003,11 @@ class WorkerPool:
         stopped (a start that outlasted a job's timeout is hung or far too slow to wait for).
         """
         if not launch.future.cancel():
-            launch.future.add_done_callback(
-                lambda f: f.cancelled() or f.exception() is not None or self._release_elsewhere(f.result()))
+            def release_when_started(future: Future) -> None:
+                if not future.cancelled() and future.exception() is None:
+                    self._release_elsewhere(future.result())
+
+            launch.future.add_done_callback(release_when_started)
         template = launch.template
         if template is None:
             return
@@ -1035,6 +1068,16 @@ class WorkerPool:
             templates = [t.pid for t in (*self._templates, *self._ending) if t.pid is not None]
             return templates + [w.pid for w in self._running]
 
+    def template_states(self) -> list[dict[str, Any]]:
+        """Each template that takes jobs: pid, state and what it imported (for reports).
+
+        Example:
+            >>> WorkerPool(size=1).template_states()
+            []
+        """
+        with self._lock:
+            return [{"pid": t.pid, "state": t.state, "preload": list(t.spec.preload)} for t in self._templates]
+
     def template_pids(self) -> list[int]:
         """PIDs of the templates that take jobs now."""
         with self._lock:
@@ -1082,8 +1125,6 @@ def configure_pool(size: int | None = None, idle_timeout: float | None = None, f
     Example:
         >>> configure_pool(size=2, idle_timeout=120)
     """
-    from .errors import IsolationUsageError
-
     if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < 1):
         raise IsolationUsageError(f"size is how many isolated jobs may run at once: an integer >= 1, got {size!r}")
     if idle_timeout is not None and (isinstance(idle_timeout, bool) or not isinstance(idle_timeout, (int, float))
@@ -1099,11 +1140,9 @@ def configure_pool(size: int | None = None, idle_timeout: float | None = None, f
             _settings["idle_timeout"] = float(idle_timeout)
         if fork is not None:
             _settings["fork"] = fork
-        pool = _default_pool
-        if pool is not None:
-            pool.size = _settings["size"] if _settings["size"] is not None else default_size()
-            pool.idle_timeout = _settings["idle_timeout"]
-            pool.fork = _settings["fork"]
+        if _default_pool is not None:
+            _default_pool.configure(size=_settings["size"] if _settings["size"] is not None else default_size(),
+                                    idle_timeout=_settings["idle_timeout"], fork=_settings["fork"])
 
 
 def prestart_pool(gpu: str | None = None, env: dict[str, str] | None = None) -> None:

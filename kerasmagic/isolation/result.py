@@ -3,10 +3,12 @@ that the kernel did not grow; plus ``IsolatedHistory``, the History stand-in tha
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..probes.availability import Unavailable, to_jsonable
+from ..probes.availability import Unavailable
+from ..records import NOT_WIRE, Record, wire
 from ..tables import Report, Section, format_bytes
 
 __all__ = ['IsolatedHistory', 'IsolatedResult', 'ShippedName']
@@ -40,18 +42,21 @@ class IsolatedHistory:
 
 
 @dataclass
-class ShippedName:
-    """One name that crossed between the kernel and the worker: how, and how many bytes."""
+class ShippedName(Record):
+    """One name that crossed between the kernel and the worker: how, and how many bytes.
+
+    Example:
+        >>> ShippedName("w", "pickle", 21).to_dict()
+        {'name': 'w', 'how': 'pickle', 'size_bytes': 21}
+    """
 
     name: str
     how: str  # "pickle", "pickle+files", "keras", "history", "module"
     size_bytes: int = 0
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "how": self.how, "size_bytes": self.size_bytes}
 
-
-class IsolatedResult(Report):
+@dataclass(eq=False, repr=False)
+class IsolatedResult(Record, Report):
     """The report of one job run in a fresh worker process.
 
     ``status`` is ``"ok"``, ``"error"`` (the code raised), ``"timeout"``, ``"crash"`` or
@@ -62,52 +67,63 @@ class IsolatedResult(Report):
         >>> result = run_isolated("import numpy as np; total = int(np.arange(10).sum())")  # doctest: +SKIP
         >>> result.outputs["total"], result.warm, result.child_rss_peak_bytes > 0      # doctest: +SKIP
         (45, False, True)
+        >>> IsolatedResult("a job").to_dict()["status"]
+        'ok'
     """
 
-    def __init__(self, label: str = "isolated job") -> None:
-        self.label = label
-        self.status = "ok"
-        self.outputs: dict[str, Any] = {}
-        self.value: Any = None
-        self.error: str | None = None
-        self.wall_s = 0.0
-        self.wait_s = 0.0
-        self.run_s = 0.0
-        self.ship_in_s = 0.0
-        self.ship_out_s = 0.0
-        #: "warm" (forked from a ready template), "starting" (forked once the template had
-        #: imported), "cold" (the template was started for this job) or "fresh" (a fresh
-        #: interpreter; ``worker_note`` says why).
-        self.worker_state = "cold"
-        self.worker_note = ""
-        self.origin = ""  # "forked" or "fresh": the process the job ran in
-        self.template_pid: int | None = None
-        self.template_threads: list[str] = []
-        self.start_latency_s: float | None = None  # from asking for the process to the job's first line
-        self.worker_pid: int | None = None
-        self.worker_import_s: float | None = None
-        self.frameworks: list[str] = []
-        self.exit_code: int | None = None
-        self.signal_name: str | None = None
-        self.child_rss_start_bytes: int | None = None
-        self.child_rss_peak_bytes: int | None = None
-        self.child_rss_peak_method = "sampled"
-        self.child_pss_bytes: int | None = None  # its share of pages it shares with the template
-        self.child_uss_bytes: int | None = None  # pages only it had
-        self.child_tf_peak: dict[str, Any] = {}
-        self.child_gpu_peak: dict[str, Any] = {}
-        self.samples = 0
-        self.kernel_rss_before_bytes = 0
-        self.kernel_rss_after_bytes = 0
-        self.pool_idle_workers = 0
-        self.pool_idle_rss_bytes: int | Unavailable = 0
-        self.pool_size = 0
-        self.sent: list[ShippedName] = []
-        self.returned: list[ShippedName] = []
-        self.not_returned: dict[str, str] = {}
-        self.last_output = ""
-        self.first_output_ts: float | None = None
-        self.finished_ts: float | None = None
+    label: str = "isolated job"
+    status: str = "ok"
+    outputs: dict[str, Any] = field(default_factory=dict, metadata=NOT_WIRE)
+    value: Any = field(default=None, metadata=NOT_WIRE)
+    error: str | None = None
+    wall_s: float = 0.0
+    wait_s: float = 0.0
+    run_s: float = 0.0
+    ship_in_s: float = 0.0
+    ship_out_s: float = field(default=0.0, metadata=wire(then=("warm",)))
+    #: "warm" (forked from a ready template), "starting" (forked once the template had
+    #: imported), "cold" (the template was started for this job) or "fresh" (a fresh
+    #: interpreter; ``worker_note`` says why).
+    worker_state: str = "cold"
+    worker_note: str = ""
+    origin: str = ""  # "forked" or "fresh": the process the job ran in
+    template_pid: int | None = None
+    template_threads: list[str] = field(default_factory=list, metadata=NOT_WIRE)
+    start_latency_s: float | None = None  # from asking for the process to the job's first line
+    worker_pid: int | None = None
+    worker_import_s: float | None = None
+    frameworks: list[str] = field(default_factory=list)
+    exit_code: int | None = None
+    signal_name: str | None = None
+    child_rss_start_bytes: int | None = None
+    child_rss_peak_bytes: int | None = None
+    child_rss_peak_method: str = "sampled"
+    child_pss_bytes: int | None = None  # its share of pages it shares with the template
+    child_uss_bytes: int | None = None  # pages only it had
+    child_tf_peak: dict[str, Any] = field(default_factory=dict, metadata=wire("child_tf_peak_bytes"))
+    child_gpu_peak: dict[str, Any] = field(default_factory=dict, metadata=wire("child_gpu_process_peak_bytes"))
+    samples: int = 0
+    kernel_rss_before_bytes: int = 0
+    kernel_rss_after_bytes: int = field(default=0, metadata=wire(then=("kernel_rss_delta_bytes",)))
+    pool_size: int = 0
+    pool_idle_workers: int = 0
+    pool_idle_rss_bytes: int | Unavailable = 0
+    sent: list[ShippedName] = field(default_factory=list)
+    returned: list[ShippedName] = field(default_factory=list)
+    not_returned: dict[str, str] = field(default_factory=dict)
+    last_output: str = field(default="", metadata=NOT_WIRE)
+    first_output_ts: float | None = field(default=None, metadata=NOT_WIRE)
+    finished_ts: float | None = field(default=None, metadata=NOT_WIRE)
+    #: Where it ran: "local" (a process of this machine's pool) or "ray" (a node of a cluster).
+    on: str = "local"
+    #: On a cluster: the node's ``node_id``, ``ip``, ``hostname`` and the GPUs Ray gave the job.
+    node: dict[str, Any] = field(default_factory=dict)
+    #: On a cluster: the node agent's pid and its templates when the job ended.
+    agent: dict[str, Any] | None = field(default_factory=dict)
+    #: On a cluster: what connecting did, when it did something (started a local cluster).
+    cluster_note: str = ""
+    #: Names the job in the kernel's events (``isolated_started``/``_sample``/``_done``).
+    job_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
 
     @property
     def warm(self) -> bool:
@@ -123,46 +139,6 @@ class IsolatedResult(Report):
         """The largest TF allocator peak over the worker's devices (None before TF ran)."""
         values = [v for v in self.child_tf_peak.values() if isinstance(v, int)]
         return max(values) if values else None
-
-    def to_dict(self) -> dict[str, Any]:
-        return to_jsonable({
-            "label": self.label,
-            "status": self.status,
-            "error": self.error,
-            "wall_s": self.wall_s,
-            "wait_s": self.wait_s,
-            "run_s": self.run_s,
-            "ship_in_s": self.ship_in_s,
-            "ship_out_s": self.ship_out_s,
-            "warm": self.warm,
-            "worker_state": self.worker_state,
-            "worker_note": self.worker_note,
-            "origin": self.origin,
-            "template_pid": self.template_pid,
-            "start_latency_s": self.start_latency_s,
-            "worker_pid": self.worker_pid,
-            "worker_import_s": self.worker_import_s,
-            "frameworks": list(self.frameworks),
-            "exit_code": self.exit_code,
-            "signal_name": self.signal_name,
-            "child_rss_start_bytes": self.child_rss_start_bytes,
-            "child_rss_peak_bytes": self.child_rss_peak_bytes,
-            "child_rss_peak_method": self.child_rss_peak_method,
-            "child_pss_bytes": self.child_pss_bytes,
-            "child_uss_bytes": self.child_uss_bytes,
-            "child_tf_peak_bytes": dict(self.child_tf_peak),
-            "child_gpu_process_peak_bytes": dict(self.child_gpu_peak),
-            "samples": self.samples,
-            "kernel_rss_before_bytes": self.kernel_rss_before_bytes,
-            "kernel_rss_after_bytes": self.kernel_rss_after_bytes,
-            "kernel_rss_delta_bytes": self.kernel_rss_delta_bytes,
-            "pool_size": self.pool_size,
-            "pool_idle_workers": self.pool_idle_workers,
-            "pool_idle_rss_bytes": self.pool_idle_rss_bytes,
-            "sent": [s.to_dict() for s in self.sent],
-            "returned": [s.to_dict() for s in self.returned],
-            "not_returned": dict(self.not_returned),
-        })
 
     def _title(self) -> str:
         status = {
@@ -211,8 +187,13 @@ class IsolatedResult(Report):
         kernel = Section("Kernel")
         kernel.add("RSS change", format_bytes(self.kernel_rss_delta_bytes, signed=True),
                    f"{format_bytes(self.kernel_rss_before_bytes)} → {format_bytes(self.kernel_rss_after_bytes)}")
-        kernel.add("pool cost", format_bytes(self.pool_idle_rss_bytes),
-                   f"{self.pool_idle_workers} template(s) waiting to fork, RSS; up to {self.pool_size} jobs at once")
+        sections = [time_section, child, kernel]
+        if self.on == "ray":
+            sections.insert(0, self._node_section())
+        else:
+            kernel.add("pool cost", format_bytes(self.pool_idle_rss_bytes),
+                       f"{self.pool_idle_workers} template(s) waiting to fork, RSS; "
+                       f"up to {self.pool_size} jobs at once")
 
         shipped = Section("Shipped")
         for label, items in (("in", self.sent), ("out", self.returned)):
@@ -220,4 +201,21 @@ class IsolatedResult(Report):
                 shipped.add(f"{label}: {item.name}", format_bytes(item.size_bytes), item.how)
         for name, why in self.not_returned.items():
             shipped.notes.append(f"not brought back: {name} ({why})")
-        return [time_section, child, kernel, shipped]
+        return [*sections, shipped]
+
+    def _node_section(self) -> Section:
+        """Where on the cluster it ran, and what the node's agent keeps warm there."""
+        node = Section("Ray node")
+        where = self.node or {}
+        gpus = where.get("gpu_ids") or []
+        node.add("node", where.get("ip", "?"), f"{where.get('hostname', '?')}, id {str(where.get('node_id', ''))[:8]}"
+                 + (f", GPU {','.join(gpus)} (given by Ray)" if gpus else ""))
+        templates = (self.agent or {}).get("templates") or []
+        ready = [t for t in templates if t.get("state") == "ready"]
+        if self.agent:
+            node.add("agent", f"pid {self.agent.get('agent_pid', '?')}",
+                     f"{len(ready)} warm template(s) on the node" + (
+                         f", importing {', '.join(ready[0].get('preload') or []) or 'Python only'}" if ready else ""))
+        if self.cluster_note:
+            node.notes.append(self.cluster_note)
+        return node

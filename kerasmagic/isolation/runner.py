@@ -21,14 +21,24 @@ import sys
 import threading
 import time
 import warnings
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, Callable, Iterator
+from dataclasses import KW_ONLY, dataclass, field
+from typing import Any
 
 from .. import events
 from ..probes.process import rss_bytes
-from .errors import (IsolatedCellError, IsolatedCrash, IsolatedInterrupt, IsolatedShippingError, IsolatedTimeout,
-                     IsolationWarning)
-from .pool import JobProcess, Launch, TemplateFailed, WorkerPool, WorkerSpec, default_pool
+from ..probes.sample import gpu_device_values, keep_largest, tf_device_values
+from ..records import NOT_WIRE, wire_dict
+from .errors import (
+    IsolatedCellError,
+    IsolatedCrash,
+    IsolatedInterrupt,
+    IsolatedShippingError,
+    IsolatedTimeout,
+    IsolationWarning,
+)
+from .pool import JobProcess, Launch, TemplateFailed, WorkerPool, WorkerSpec, _keras_backend, default_pool
 from .result import IsolatedResult
 from .shipping import FrameworkNotImported, decode, describe
 
@@ -47,36 +57,43 @@ def _working_directory() -> str | None:
         return None  # deleted under the kernel: the worker keeps its own, the report says so
 
 
+@dataclass(eq=False, repr=False)
 class Job:
-    """Everything a worker needs, already encoded (so that nothing runs if a name cannot travel)."""
+    """Everything a worker needs, already encoded (so that nothing runs if a name cannot travel).
 
-    def __init__(self, mode: str, directory: str, *, code: str = "", inputs: dict[str, Any] | None = None,
-                 outputs: list[str] | None = None, required_outputs: list[str] | None = None,
-                 call: dict[str, Any] | None = None, seed: int | None = None, display_last: bool = False,
-                 owns_directory: bool = True) -> None:
-        self.mode = mode
-        self.directory = directory
-        self.code = code
-        self.inputs = inputs or {}
-        self.outputs = outputs or []
-        self.required_outputs = required_outputs or []
-        self.call = call
-        self.seed = None if seed is None else int(seed)  # Keras refuses numpy integers
-        self.display_last = display_last
-        self.owns_directory = owns_directory
+    ``message()`` is what the worker receives: the fields (all but ``owns_directory``), as
+    they are (it travels pickled), with the kernel's working directory and ``sys.path``.
+
+    Example:
+        >>> job = Job("code", "/tmp/job-1", code="x = 1", outputs=["x"])
+        >>> message = job.message()
+        >>> message["kind"], message["mode"], message["outputs"], "owns_directory" in message
+        ('job', 'code', ['x'], False)
+    """
+
+    mode: str  # "code" or "function"
+    _: KW_ONLY
+    code: str = ""
+    inputs: dict[str, Any] = field(default_factory=dict)
+    outputs: list[str] = field(default_factory=list)
+    required_outputs: list[str] = field(default_factory=list)
+    call: dict[str, Any] | None = None
+    seed: int | None = None
+    display_last: bool = False
+    directory: str = field(kw_only=False)  # positional, second: Job(mode, directory, ...); on the wire after the rest
+    owns_directory: bool = field(default=True, metadata=NOT_WIRE)
+
+    def __post_init__(self) -> None:
+        # None is accepted for the containers, as "nothing".
+        self.inputs = self.inputs or {}
+        self.outputs = self.outputs or []
+        self.required_outputs = self.required_outputs or []
+        self.seed = None if self.seed is None else int(self.seed)  # Keras refuses numpy integers
 
     def message(self) -> dict[str, Any]:
         return {
             "kind": "job",
-            "mode": self.mode,
-            "code": self.code,
-            "inputs": self.inputs,
-            "outputs": self.outputs,
-            "required_outputs": self.required_outputs,
-            "call": self.call,
-            "seed": self.seed,
-            "display_last": self.display_last,
-            "directory": self.directory,
+            **wire_dict(self, value=lambda value: value),
             "cwd": _working_directory(),
             "sys_path": [p for p in sys.path if p],
             "sample_interval_s": SAMPLE_INTERVAL_S,
@@ -138,6 +155,8 @@ class JobRun:
         self.launched_ts = time.time()
         self.deadline = None if self.timeout is None else self.started + self.timeout
         self.phase = "launching"
+        events.publish("isolated_started", {"job_id": self.result.job_id, "label": self.result.label,
+                                            "on": "local", "node": None, "ts": self.launched_ts})
         try:
             self.launch = pool.launch(self.spec, self.job.directory)
         except (OSError, RuntimeError) as exc:
@@ -243,9 +262,25 @@ class JobRun:
         self.tail = (self.tail + text)[-_TAIL_CHARS:]
         shown = stream.lines_to_write(text, final)
         if self.forward_output and shown:
-            target = getattr(sys, stream.target_name)
-            target.write(shown)
-            target.flush()
+            self.emit_output(stream.target_name, shown)
+
+    # --- where a job's output, displays, samples and values go (the Ray agent relays them) ---
+
+    def emit_output(self, stream_name: str, text: str) -> None:
+        target = getattr(sys, stream_name)
+        target.write(text)
+        target.flush()
+
+    def show(self, data: dict[str, Any], metadata: dict[str, Any]) -> None:
+        _show(data, metadata, self.forward_output)
+
+    def publish_sample(self, message: dict[str, Any]) -> None:
+        events.publish("isolated_sample", {**{k: v for k, v in message.items() if k != "kind"},
+                                           "job_id": self.result.job_id})
+
+    def bring_back(self, final: dict[str, Any]) -> str | None:
+        """Rebuild the job's values in this process; a warning naming what did not come back."""
+        return _bring_back(final, self.result)
 
     def read_channel(self, selector: selectors.BaseSelector) -> None:
         assert self.worker is not None
@@ -264,16 +299,16 @@ class JobRun:
             self._close_channel(selector)
         elif kind == "sample":
             self._record_sample(message)
-            events.publish("isolated_sample", {k: v for k, v in message.items() if k != "kind"})
+            self.publish_sample(message)
         elif kind == "display":
-            _show(message["data"], message.get("metadata") or {}, self.forward_output)
+            self.show(message["data"], message.get("metadata") or {})
         elif kind in ("done", "error"):
             self.final = message
             final_sample = message["final_sample"]
             self._record_sample(final_sample)
-            if final_sample.get("rss_peak_bytes"):
-                self.result.child_rss_peak_bytes = max(self.result.child_rss_peak_bytes or 0,
-                                                       final_sample["rss_peak_bytes"])
+            exact_peak = final_sample.get("rss_peak_bytes")
+            if isinstance(exact_peak, int) and exact_peak:  # VmHWM; an unavailable object off Linux
+                self.result.child_rss_peak_bytes = max(self.result.child_rss_peak_bytes or 0, exact_peak)
                 self.result.child_rss_peak_method = "exact"
             self.result.child_pss_bytes = final_sample.get("pss_bytes")
             self.result.child_uss_bytes = final_sample.get("uss_bytes")
@@ -294,13 +329,8 @@ class JobRun:
         rss = sample.get("rss_bytes")
         if isinstance(rss, int):
             result.child_rss_peak_bytes = max(result.child_rss_peak_bytes or 0, rss)
-        for device, values in (sample.get("tf") or {}).items():
-            peak = values.get("peak_bytes")
-            if isinstance(peak, int):
-                result.child_tf_peak[device] = max(result.child_tf_peak.get(device, 0), peak)
-        for device, used in (sample.get("gpu") or {}).items():
-            if isinstance(used, int):
-                result.child_gpu_peak[device] = max(result.child_gpu_peak.get(device, 0), used)
+        keep_largest(result.child_tf_peak, tf_device_values(sample.get("tf"), "peak_bytes"))
+        keep_largest(result.child_gpu_peak, gpu_device_values(sample.get("gpu"), "process_used_bytes"))
 
     # --- endings ----------------------------------------------------------------------------
 
@@ -410,48 +440,57 @@ class JobRun:
         return f"was killed by {self.result.signal_name}" if self.result.signal_name else f"exited with code {code}"
 
     def _conclude(self, selector: selectors.BaseSelector) -> None:
+        """The process ended: record how, then fail the run or bring its values back."""
         assert self.worker is not None
         self._unregister(selector)
         self._record_exit(self.worker.poll())
         final, result = self.final, self.result
         self.phase = "over"
         if final is None or final.get("kind") == "failed":
-            code = result.exit_code
-            hint = " (SIGKILL is what the out-of-memory killer sends)" if result.signal_name == "SIGKILL" else ""
-            output = f"; its last output:\n{result.last_output}" if result.last_output else "; it printed nothing"
-            self._fail(IsolatedCrash(
-                f"the isolated worker (pid {self.worker.pid}) {self._how_it_ended(code)}{hint} before the job "
-                f"finished{output}", result, exit_code=code, signal_name=result.signal_name,
-                last_output=result.last_output), "crash")
+            self._crashed()
             return
         result.run_s = final.get("run_s", result.run_s)
         result.not_returned.update(final.get("not_returned") or {})
         if final["kind"] == "error" and final.get("stage") == "inputs":
-            name = final.get("name") or "an input"
-            self._fail(IsolatedShippingError(
-                f"{name!r} reached the isolated process but could not be rebuilt there ({final['exc_type']}: "
-                f"{final['exc_message']}); the code did not run and the namespace is unchanged. A class that "
-                "exists only in this kernel (defined at run time, or a keras.Model subclass without "
-                "@keras.saving.register_keras_serializable) cannot be rebuilt in another process: define it in "
-                "a module on sys.path, or build the object inside the isolated code",
-                result, name=name, exc_type=final["exc_type"], exc_message=final["exc_message"]), "error")
-            result.error = f"{final['exc_type']}: {final['exc_message']}"
-            return
-        if final["kind"] == "error":
-            result.error = f"{final['exc_type']}: {final['exc_message']}"
-            self._fail(IsolatedCellError(
-                f"the isolated code raised {final['exc_type']}: {final['exc_message']}\n\n"
-                f"Traceback in the worker process:\n{final['traceback'].rstrip()}",
-                result, exc_type=final["exc_type"], exc_message=final["exc_message"],
-                child_traceback=final["traceback"]), "error")
-            return
-        self.warning = _bring_back(final, result)
+            self._input_not_rebuilt(final)
+        elif final["kind"] == "error":
+            self._code_raised(final)
+        else:
+            self.warning = self.bring_back(final)
+
+    def _crashed(self) -> None:
+        assert self.worker is not None
+        result = self.result
+        code = result.exit_code
+        hint = " (SIGKILL is what the out-of-memory killer sends)" if result.signal_name == "SIGKILL" else ""
+        output = f"; its last output:\n{result.last_output}" if result.last_output else "; it printed nothing"
+        self._fail(IsolatedCrash(
+            f"the isolated worker (pid {self.worker.pid}) {self._how_it_ended(code)}{hint} before the job "
+            f"finished{output}", result, exit_code=code, signal_name=result.signal_name,
+            last_output=result.last_output), "crash")
+
+    def _input_not_rebuilt(self, final: dict[str, Any]) -> None:
+        name = final.get("name") or "an input"
+        self._fail(IsolatedShippingError(
+            f"{name!r} reached the isolated process but could not be rebuilt there ({final['exc_type']}: "
+            f"{final['exc_message']}); the code did not run and the namespace is unchanged. A class that "
+            "exists only in this kernel (defined at run time, or a keras.Model subclass without "
+            "@keras.saving.register_keras_serializable) cannot be rebuilt in another process: define it in "
+            "a module on sys.path, or build the object inside the isolated code",
+            self.result, name=name, exc_type=final["exc_type"], exc_message=final["exc_message"]), "error")
+        self.result.error = f"{final['exc_type']}: {final['exc_message']}"
+
+    def _code_raised(self, final: dict[str, Any]) -> None:
+        self.result.error = f"{final['exc_type']}: {final['exc_message']}"
+        self._fail(IsolatedCellError(
+            f"the isolated code raised {final['exc_type']}: {final['exc_message']}\n\n"
+            f"Traceback in the worker process:\n{final['traceback'].rstrip()}",
+            self.result, exc_type=final["exc_type"], exc_message=final["exc_message"],
+            child_traceback=final["traceback"]), "error")
 
 
 def _env_overrides(spec: WorkerSpec) -> list[str]:
     """The variables in which a job's environment differs from the kernel's (its --env, --gpu)."""
-    from .pool import _keras_backend
-
     keras = sys.modules.get("keras")
     kernel_backend = _keras_backend(keras) if keras is not None else None
     return sorted(key for key, value in spec.env if os.environ.get(key) != value
@@ -474,72 +513,106 @@ def drive(runs: list[JobRun], *, pool: WorkerPool | None = None, at_once: int = 
     :class:`IsolatedInterrupt`. Whatever ends the loop (an exception too), every job's
     process group is ended and its folder removed before it returns.
     """
-    __tracebackhide__ = True  # noqa: F841
-    pool = pool or default_pool()
-    queued = list(runs)
-    active: list[JobRun] = []
-    selector = selectors.DefaultSelector()
-    notify = on_change or (lambda run: None)
+    __tracebackhide__ = True
+    loop = _Loop(runs, pool or default_pool(), at_once, on_change or (lambda run: None))
     interrupted = False
     try:
-        while queued or active:
-            while queued and len(active) < at_once:
-                run = queued.pop(0)
-                run.begin(pool)
-                active.append(run)
-                notify(run)
-            now = time.perf_counter()
-            timeout = min([run.wait_hint(now) for run in active] + [0.25])
-            for key, _ in selector.select(timeout):
-                run, stream = key.data
-                if stream is None:
-                    run.read_channel(selector)
-                elif stream.fd in run.streams:
-                    run.read_stream(stream, selector)
-            now = time.perf_counter()
-            for run in list(active):
-                before = run.phase
-                run.check(now, selector)
-                if run.phase == "over":
-                    active.remove(run)
-                    _end(run, pool)
-                if run.phase != before:
-                    notify(run)
-                _warn(run)
+        while loop.queued or loop.active:
+            loop.start_queued()
+            loop.read_ready()
+            loop.advance()
             if stop_on_error and any(run.error is not None for run in runs):
                 break
     except KeyboardInterrupt:
         interrupted = True
     finally:
+        interrupted = loop.end_all(interrupted) or interrupted
+    if interrupted:
+        raise _interruption(runs, loop.active) from None
+
+
+class _Loop:
+    """The state of one :func:`drive`: the runs waiting and running, and one selector over their descriptors."""
+
+    def __init__(self, runs: list[JobRun], pool: WorkerPool, at_once: int,
+                 notify: Callable[[JobRun], None]) -> None:
+        self.pool = pool
+        self.at_once = at_once
+        self.notify = notify
+        self.queued = list(runs)
+        self.active: list[JobRun] = []
+        self.selector = selectors.DefaultSelector()
+
+    def start_queued(self) -> None:
+        """Begin queued runs while fewer than ``at_once`` are active."""
+        while self.queued and len(self.active) < self.at_once:
+            run = self.queued.pop(0)
+            run.begin(self.pool)
+            self.active.append(run)
+            self.notify(run)
+
+    def read_ready(self) -> None:
+        """Wait (no longer than the earliest run needs) and read each descriptor that has data."""
+        now = time.perf_counter()
+        timeout = min([run.wait_hint(now) for run in self.active] + [0.25])
+        for key, _ in self.selector.select(timeout):
+            run, stream = key.data
+            if stream is None:
+                run.read_channel(self.selector)
+            elif stream.fd in run.streams:
+                run.read_stream(stream, self.selector)
+
+    def advance(self) -> None:
+        """Move each active run on (launches, deadlines, exits); end those that are over."""
+        now = time.perf_counter()
+        for run in list(self.active):
+            before = run.phase
+            run.check(now, self.selector)
+            if run.phase == "over":
+                self.active.remove(run)
+                _end(run, self.pool)
+            if run.phase != before:
+                self.notify(run)
+            _warn(run)
+
+    def end_all(self, interrupted: bool) -> bool:
+        """Stop what still runs, cancel what never started, close the selector; True if a Ctrl-C
+        came meanwhile (it waits until this is done: a cleanup cut short leaks processes)."""
         with _interrupts_deferred() as deferred:
-            for run in active:
+            for run in self.active:
                 try:
-                    if interrupted:
-                        run.interrupted(selector)
-                    elif run.phase != "over":
-                        run.stop(selector)
-                        run.phase = "cancelled"
-                        run.result.status = "cancelled"
-                    _end(run, pool)
-                    notify(run)
-                except Exception:  # noqa: BLE001 - one run's failure must not leave the others running
+                    self._end_active(run, interrupted)
+                except Exception:  # one run's failure must not leave the others running
                     logger.exception("kerasmagic: ending isolated job %s failed", run.result.label)
-            for run in queued:  # never started: another job failed first, or Ctrl-C
+            for run in self.queued:  # never started: another job failed first, or Ctrl-C
                 run.phase = "cancelled"
                 run.result.status = "cancelled"
                 if run.job.owns_directory:
                     shutil.rmtree(run.job.directory, ignore_errors=True)
-            selector.close()
-        interrupted = interrupted or deferred.happened
-    if interrupted:
-        stopped = [run.error for run in active if isinstance(run.error, IsolatedInterrupt)]
-        if stopped:
-            raise stopped[0] from None
-        finished = [run for run in runs if run.phase == "over"]
-        if finished:
-            raise IsolatedInterrupt(f"interrupted after the isolated job finished (pid {finished[-1].result.worker_pid}); "
-                                    "its values were not brought back", finished[-1].result) from None
-        raise IsolatedInterrupt("interrupted before an isolated job started") from None
+            self.selector.close()
+        return deferred.happened
+
+    def _end_active(self, run: JobRun, interrupted: bool) -> None:
+        if interrupted:
+            run.interrupted(self.selector)
+        elif run.phase != "over":
+            run.stop(self.selector)
+            run.phase = "cancelled"
+            run.result.status = "cancelled"
+        _end(run, self.pool)
+        self.notify(run)
+
+
+def _interruption(runs: list[JobRun], active: list[JobRun]) -> IsolatedInterrupt:
+    """What a Ctrl-C during :func:`drive` raises: the interrupted job's error, or why nothing came back."""
+    stopped = [run.error for run in active if isinstance(run.error, IsolatedInterrupt)]
+    if stopped:
+        return stopped[0]
+    finished = [run for run in runs if run.phase == "over"]
+    if finished:
+        return IsolatedInterrupt(f"interrupted after the isolated job finished (pid {finished[-1].result.worker_pid}); "
+                                 "its values were not brought back", finished[-1].result)
+    return IsolatedInterrupt("interrupted before an isolated job started")
 
 
 class _Deferred:
@@ -588,14 +661,21 @@ def _end(run: JobRun, pool: WorkerPool) -> None:
 
 
 def run_job(job: Job, spec: WorkerSpec, result: IsolatedResult, *, timeout: float | None = None,
-            forward_output: bool = True, pool: WorkerPool | None = None) -> IsolatedResult:
+            forward_output: bool = True, pool: WorkerPool | None = None, on: Any = None) -> IsolatedResult:
     """Run one encoded job and fill ``result``; raises the isolation errors.
 
-    The job folder is removed at the end, whatever happens.
+    ``on`` is a :class:`~kerasmagic.isolation.cluster.target.OnRay` to run it on a Ray
+    cluster. The job folder is removed at the end, whatever happens.
     """
-    __tracebackhide__ = True  # noqa: F841
-    run = JobRun(job, spec, result, timeout=timeout, forward_output=forward_output)
-    drive([run], pool=pool)
+    __tracebackhide__ = True
+    run: Any = JobRun(job, spec, result, timeout=timeout, forward_output=forward_output)
+    if on is not None:
+        # The Ray driver loads for on= only (and builds on this module: no import at the top).
+        from .cluster.remote import drive_on_ray  # noqa: PLC0415
+
+        run = drive_on_ray([run], on)[0]
+    else:
+        drive([run], pool=pool)
     if run.error is not None:
         # Without its context: where it was found (our loop) is plumbing the user cannot act on.
         raise run.error from None
@@ -607,7 +687,7 @@ def _show(data: dict[str, Any], metadata: dict[str, Any], forward: bool) -> None
         return
     shell_module = sys.modules.get("IPython.core.interactiveshell")
     if shell_module is not None and shell_module.InteractiveShell.initialized():
-        from IPython.display import display
+        from IPython.display import display  # noqa: PLC0415 - only where IPython runs: workers load this module too
 
         display(data, raw=True, metadata=metadata)
     else:
@@ -638,42 +718,52 @@ def _framework_advice(modules: list[str]) -> str:
 
 
 def _bring_back(final: dict[str, Any], result: IsolatedResult) -> str | None:
+    """Rebuild the job's value and outputs into ``result``; a warning naming what did not come back."""
     started = time.perf_counter()
     warn_about = dict(result.not_returned)  # what the worker could not send
     frameworks: list[str] = []  # refused, not imported: named once in the warning with what to do
     if final.get("value") is not None:
-        try:
-            result.value = decode(final["value"], guard=True)
-            result.returned.append(describe("value", final["value"]))
-        except FrameworkNotImported as exc:
-            warn_about["value"] = result.not_returned["value"] = _framework_hint(exc.module)
-            frameworks.append(exc.module)
-        except Exception as exc:  # noqa: BLE001 - reported as a warning, as for named outputs
-            warn_about["value"] = result.not_returned["value"] = \
-                f"rebuilding it in the kernel failed: {type(exc).__name__}: {exc}"
+        value = _rebuild("value", final["value"], result, warn_about, frameworks)
+        if value is not _NOT_REBUILT:
+            result.value = value
     for name, spec in final.get("outputs", {}).items():
         if spec["kind"] == "module" and spec["name"] not in sys.modules:
             # Importing TensorFlow into the kernel because the cell imported it would undo
             # the point of isolating it; the user imports it here when they need it. A cell's
             # own `import` is not worth a warning: the report lists it.
-            result.not_returned[name] = f"module {spec['name']!r} is not imported in the kernel; import it there if needed"
+            result.not_returned[name] = (f"module {spec['name']!r} is not imported in the kernel; "
+                                         "import it there if needed")
             continue
-        try:
-            result.outputs[name] = decode(spec, guard=True)
-            result.returned.append(describe(name, spec))
-        except FrameworkNotImported as exc:  # a model, a tensor, a function using tf...
-            warn_about[name] = result.not_returned[name] = _framework_hint(exc.module)
-            if exc.module not in frameworks:
-                frameworks.append(exc.module)
-        except Exception as exc:  # noqa: BLE001 - one bad value must not lose the others
-            warn_about[name] = result.not_returned[name] = \
-                f"rebuilding it in the kernel failed: {type(exc).__name__}: {exc}"
+        value = _rebuild(name, spec, result, warn_about, frameworks)
+        if value is not _NOT_REBUILT:
+            result.outputs[name] = value
     result.ship_out_s = time.perf_counter() - started
     if not warn_about:
         return None
     listing = "; ".join(f"{name}: {why}" for name, why in warn_about.items())
     advice = _framework_advice(frameworks) if frameworks else ""
     return f"these values did not come back from the isolated process: {listing}{advice}"
+
+
+_NOT_REBUILT = object()
+
+
+def _rebuild(name: str, spec: dict[str, Any], result: IsolatedResult, warn_about: dict[str, str],
+             frameworks: list[str]) -> Any:
+    """One value decoded (and listed as returned), or ``_NOT_REBUILT`` with the reason noted."""
+    try:
+        value = decode(spec, guard=True)
+    except FrameworkNotImported as exc:  # a model, a tensor, a function using tf...
+        warn_about[name] = result.not_returned[name] = _framework_hint(exc.module)
+        if exc.module not in frameworks:
+            frameworks.append(exc.module)
+        return _NOT_REBUILT
+    except Exception as exc:  # noqa: BLE001 - one bad value must not lose the others
+        warn_about[name] = result.not_returned[name] = \
+            f"rebuilding it in the kernel failed: {type(exc).__name__}: {exc}"
+        return _NOT_REBUILT
+    result.returned.append(describe(name, spec))
+    return value
 
 
 def _warn(run: JobRun) -> None:

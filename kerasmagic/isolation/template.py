@@ -34,6 +34,8 @@ import time
 import traceback
 from typing import Any
 
+from ..probes.process import rss_bytes
+
 #: Exit status of a template (or forked child) that found the kernel gone.
 PARENT_GONE_EXIT = 75
 #: The largest control message (a fork request: the job's environment and folder).
@@ -236,7 +238,8 @@ class Template:
 
     def serve(self) -> None:
         while True:
-            readable, _, _ = select.select([self.control, self.watch_fd, self.wake_read], [], [], 1.0)
+            watched: list[socket.socket | int] = [self.control, self.watch_fd, self.wake_read]
+            readable, _, _ = select.select(watched, [], [], 1.0)
             if self.watch_fd in readable and not os.read(self.watch_fd, 1):
                 self.kernel_gone()
             if os.getppid() != self.parent_pid:
@@ -319,7 +322,7 @@ class Template:
         os.dup2(stderr_fd, 2)
         _close_fds([stdout_fd, stderr_fd])
         os.environ.update(request["env"])
-        from . import worker
+        from .child import worker  # noqa: PLC0415 - it imports this module; only a forked job runs it
 
         worker.serve_forked_job(channel_fd, self.watch_fd, os.getppid())
 
@@ -389,8 +392,9 @@ class Template:
 def preload(modules: list[str]) -> float:
     """Import the frameworks; their chatter goes to the log that fd 1 and 2 point at."""
     started = time.perf_counter()
-    import IPython.core.display_functions  # noqa: F401 - display() is patched per job
-    import IPython.core.formatters  # noqa: F401
+    # Loaded (and timed) with the frameworks, their chatter in the log: display() is patched per job.
+    import IPython.core.display_functions  # noqa: PLC0415
+    import IPython.core.formatters  # noqa: F401, PLC0415
 
     for name in modules:
         __import__(name)
@@ -416,8 +420,6 @@ def main(argv: list[str] | None = None) -> None:
         _send(control, {"kind": "failed", "error": f"{type(exc).__name__}: {exc}",
                         "traceback": "".join(traceback.format_exception(exc))})
         os._exit(1)
-    from kerasmagic.probes.process import rss_bytes
-
     safety = ForkSafety()
     _send(control, {"kind": "ready", "pid": os.getpid(), "import_s": import_s, "rss_bytes": rss_bytes(),
                     "threads": sorted(name for name, _ in safety.baseline.values())})

@@ -9,13 +9,18 @@ no one. :func:`unregister` undoes all of it and joins the sampler thread.
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import threading
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
-from .. import events
-from ..probes import Unavailable, to_jsonable
+from .. import events, leak_watch
+from .._version import __version__
+from ..probes import Unavailable, nvml, to_jsonable
+from ..probes import tensorflow as tf_probe
+from . import jobs as isolated_jobs
 from .protocol import (
     PROTOCOL_VERSION,
     TARGET_NAME,
@@ -23,6 +28,7 @@ from .protocol import (
     check_version,
     echo,
     shorten,
+    speaks_at_least,
     validate,
 )
 from .sampler import Sampler
@@ -34,7 +40,12 @@ logger = logging.getLogger(__name__)
 #: An error reply's ``message`` never exceeds this many characters (plus the length note).
 _MESSAGE_LIMIT = 500
 
-_channel: "LiveChannel | None" = None
+#: The protocol minor version that added the ``isolated_*`` messages.
+_JOBS_MINOR = 1
+#: The protocol minor version that added the ``cell_growth`` message (the leak watch).
+_CELLS_MINOR = 2
+
+_channel: LiveChannel | None = None
 
 
 def _comm_manager():
@@ -48,10 +59,19 @@ def _in_kernel(shell) -> bool:
     return getattr(shell, "kernel", None) is not None
 
 
+def _last_cell(shell) -> int:
+    """The number of the cell that ran last, as ``In[n]`` numbers it (0: none yet).
+
+    IPython has counted ``execution_count`` on by the time ``post_run_cell`` and comm
+    handlers run (9.x counts it up as a cell starts): it is already the next cell's number.
+    """
+    return max(int(getattr(shell, "execution_count", 1) or 1) - 1, 0)
+
+
 def _facts(shell) -> dict[str, Any]:
     """The protocol's ``facts`` message from the core's main-thread ``session_facts``."""
-    from ..probes import tensorflow as tf_probe
-    from ..snapshot import session_facts
+    # The core's reports load with the first look, as the magics load them: %load_ext stays fast.
+    from ..snapshot import session_facts  # noqa: PLC0415
 
     facts = session_facts(shell)
     keras = facts.get("keras") or {}
@@ -73,7 +93,7 @@ def _facts(shell) -> dict[str, Any]:
         {
             "method": "facts",
             "ts": time.time(),
-            "execution_count": int(getattr(shell, "execution_count", 0) or 0),
+            "execution_count": _last_cell(shell),
             "tf_status": tf_probe.status(),
             "keras_status": keras.get("status", "unknown"),
             "graph_op_count": graph.get("graph_op_count", not_imported),
@@ -97,13 +117,15 @@ class LiveChannel:
         self.shell = shell
         self._lock = threading.Lock()
         self._send_lock = threading.Lock()
-        self._listeners: dict[str, dict[str, Any]] = {}  # comm_id -> {"comm", "visible"}
+        self._listeners: dict[str, dict[str, Any]] = {}  # comm_id -> {"comm", "visible", "jobs"}
         # In-kernel views (``%tf_mem --live``): always visible while registered.
         self._local: dict[int, Callable[[dict[str, Any]], None]] = {}
         # Targets whose failure was logged already: the sampler broadcasts every interval, and
         # a dead frontend must not print a traceback per tick into the notebook.
         self._failing: set[Any] = set()
         self.sampler = Sampler(self.broadcast, interval_s=interval_s)
+        #: Isolated jobs (running and the last few finished), kept for sidebars that attach later.
+        self.isolated = isolated_jobs.IsolatedJobs()
         self._unsubscribe = events.subscribe(self._on_event)
 
     # ---- bookkeeping ------------------------------------------------------------------
@@ -159,9 +181,13 @@ class LiveChannel:
                 callback(data)
             except Exception:  # noqa: BLE001 - a broken view must not starve the sidebar
                 self._log_failure(("view", key), "an in-kernel live view %r failed", callback)
+        self._send_to_each(targets, data)
+
+    def _send_to_each(self, targets: list[Any], message: dict[str, Any]) -> None:
+        """Send to every frontend comm; one that fails is logged, the others still get it."""
         for comm in targets:
             try:
-                self._send(comm, data)
+                self._send(comm, message)
             except Exception:  # noqa: BLE001 - one dead frontend must not starve the others
                 self._log_failure(("comm", getattr(comm, "comm_id", id(comm))),
                                   "sending to frontend comm %s failed", getattr(comm, "comm_id", "?"))
@@ -192,7 +218,7 @@ class LiveChannel:
         which a sidebar reads as "extension not loaded")."""
         try:
             self._open(comm, msg)
-        except Exception as exc:  # noqa: BLE001 - a bug here answers, it never escapes
+        except Exception as exc:  # a bug here answers, it never escapes
             logger.exception("kerasmagic.live: opening comm %s failed", getattr(comm, "comm_id", "?"))
             self._fail_open(comm, exc)
 
@@ -200,13 +226,13 @@ class LiveChannel:
         try:
             self._error(comm, ProtocolError(
                 "bad_message", f"opening the channel failed: {type(exc).__name__}: {shorten(str(exc))}", "open"))
-        except Exception:  # noqa: BLE001
+        except Exception:
             logger.warning("kerasmagic.live: could not send the error reply", exc_info=True)
         if getattr(comm, "comm_id", None) in self._listeners:
             return  # subscribed already: the comm works, only a push failed
         try:
             comm.close(data={"reason": "error"})
-        except Exception:  # noqa: BLE001
+        except Exception:
             logger.warning("kerasmagic.live: could not close the failed comm", exc_info=True)
 
     def _open(self, comm, msg: dict[str, Any]) -> None:
@@ -227,7 +253,13 @@ class LiveChannel:
         except ProtocolError as exc:
             self._error(comm, exc)  # open anyway with defaults; the frontend logs the error
         with self._lock:
-            self._listeners[comm.comm_id] = {"comm": comm, "visible": bool(options.get("visible", True))}
+            self._listeners[comm.comm_id] = {
+                "comm": comm,
+                "visible": bool(options.get("visible", True)),
+                # A 1.0 frontend does not know the isolated_* methods: it would log each one.
+                "jobs": speaks_at_least(peer_version, _JOBS_MINOR),
+                "cells": speaks_at_least(peer_version, _CELLS_MINOR),
+            }
         comm.on_msg(self.on_msg)
         comm.on_close(self.on_close)
         if "interval_s" in options:
@@ -248,8 +280,8 @@ class LiveChannel:
         self._update_sampler()
 
     def on_msg(self, msg: dict[str, Any]) -> None:
-        content = msg.get("content") or {}
-        comm_id = content.get("comm_id")
+        content: dict[str, Any] = msg.get("content") or {}
+        comm_id = content.get("comm_id", "")  # "": no listener has it
         entry = self._listeners.get(comm_id)
         if entry is None:
             return
@@ -259,7 +291,7 @@ class LiveChannel:
             self._dispatch(comm, entry, data)
         except ProtocolError as exc:
             self._error(comm, exc)
-        except Exception as exc:  # noqa: BLE001 - a handler bug answers, it never kills the kernel
+        except Exception as exc:  # a handler bug answers, it never kills the kernel
             logger.exception("kerasmagic.live: handling a message on comm %s failed", comm_id)
             self._error(comm, ProtocolError("bad_message", f"{type(exc).__name__}: {shorten(str(exc))}"))
 
@@ -280,7 +312,8 @@ class LiveChannel:
             raise ProtocolError("bad_message", "this comm is already open", method)
 
     def on_close(self, msg: dict[str, Any]) -> None:
-        comm_id = (msg.get("content") or {}).get("comm_id")
+        content: dict[str, Any] = msg.get("content") or {}
+        comm_id = content.get("comm_id", "")
         with self._lock:
             self._listeners.pop(comm_id, None)
         self._failing.discard(("comm", comm_id))
@@ -288,9 +321,15 @@ class LiveChannel:
 
     # ---- pushes ---------------------------------------------------------------------------
     def _push_now(self, comm) -> None:
-        """Facts (we are on the main thread here) and a sample, to one frontend."""
+        """Facts (we are on the main thread here), a sample and the isolated jobs, to one frontend."""
         for message in self.messages_now():
             self._send(comm, message)
+        entry = self._listeners.get(getattr(comm, "comm_id", ""))
+        if entry is not None and entry.get("jobs"):
+            self._send(comm, self.isolated.snapshot())
+        cells = self._cell_growth() if entry is not None and entry.get("cells") else None
+        if cells is not None:
+            self._send(comm, cells)
 
     def messages_now(self) -> list[dict[str, Any]]:
         """A ``facts`` and a ``sample`` message taken now; call it on the main thread.
@@ -310,7 +349,7 @@ class LiveChannel:
                 {
                     "method": "facts",
                     "ts": time.time(),
-                    "execution_count": int(getattr(self.shell, "execution_count", 0) or 0),
+                    "execution_count": _last_cell(self.shell),
                     "tf_status": missing,
                     "keras_status": missing,
                     "graph_op_count": missing,
@@ -325,9 +364,31 @@ class LiveChannel:
         if self.visible_count == 0:
             return
         self.broadcast(self._facts_or_error())
+        watch = leak_watch.active_watch()
+        if watch is not None:
+            watch.post_run_cell(result)  # records this cell's run now if its own hook has not yet
+        cells = self._cell_growth()
+        if cells is not None:
+            self._broadcast_to("cells", cells, visible_only=True)
+
+    def _cell_growth(self) -> dict[str, Any] | None:
+        """The ``cell_growth`` message (flagged cells, then the recent ones), or None without a watch."""
+        watch = leak_watch.active_watch()
+        if watch is None:
+            return None
+        data = watch.report().to_dict()
+        data.pop("watching", None)
+        return to_jsonable({"method": "cell_growth", **data})
+
+    def _broadcast_to(self, feature: str, message: dict[str, Any], visible_only: bool) -> None:
+        """A message of a later minor version, to the frontends whose entry says they speak it."""
+        with self._lock:
+            targets = [e["comm"] for e in self._listeners.values()
+                       if e.get(feature) and (e["visible"] or not visible_only)]
+        self._send_to_each(targets, message)
 
     def _clear(self, comm, request_id: str) -> None:
-        from ..clean import clear_tf
+        from ..clean import clear_tf  # noqa: PLC0415 - as session_facts above
 
         try:
             report = clear_tf(shell=self.shell)
@@ -353,11 +414,28 @@ class LiveChannel:
         self.broadcast(self.sampler.take())
 
     def _on_event(self, kind: str, payload: dict[str, Any]) -> None:
+        if kind in isolated_jobs.KINDS:
+            # Their own small messages, not an `event` with the whole report (or 4 samples a second).
+            message = self.isolated.on_event(kind, payload)
+            if message is not None:
+                self._broadcast_jobs(to_jsonable(message), visible_only=kind == "isolated_sample")
+            return
         text = payload.get("text") if isinstance(payload, dict) else None
         message = {"method": "event", "kind": kind, "ts": time.time(), "payload": to_jsonable(payload)}
         if isinstance(text, str):
             message["text"] = text
         self.broadcast(message, visible_only=False)
+
+    def _broadcast_jobs(self, message: dict[str, Any], visible_only: bool) -> None:
+        """An ``isolated_*`` message to the frontends that speak 1.1+ (samples: visible ones only).
+
+        Hidden sidebars still get started/done, so their list stays right; what they missed of
+        the samples comes with the ``isolated_jobs`` snapshot when they are shown again.
+        """
+        with self._lock:
+            targets = [e["comm"] for e in self._listeners.values()
+                       if e.get("jobs") and (e["visible"] or not visible_only)]
+        self._send_to_each(targets, message)
 
     # ---- teardown -------------------------------------------------------------------------
     def close(self) -> None:
@@ -370,7 +448,7 @@ class LiveChannel:
         for comm in comms:
             try:
                 comm.close(data={"reason": "unloaded"})
-            except Exception:  # noqa: BLE001 - the frontend may be gone already
+            except Exception:  # the frontend may be gone already
                 logger.warning("kerasmagic.live: closing comm %s failed", getattr(comm, "comm_id", "?"),
                                exc_info=True)
         self._failing.clear()
@@ -401,14 +479,10 @@ def _open_options(data: Any) -> dict[str, Any]:
 
 
 def _package_version() -> str:
-    from .._version import __version__
-
     return __version__
 
 
 def _pid() -> int:
-    import os
-
     return os.getpid()
 
 
@@ -451,7 +525,7 @@ def unregister(shell) -> None:
     _channel = None
     try:
         _comm_manager().unregister_target(TARGET_NAME, channel.on_open)
-    except Exception:  # noqa: BLE001 - the manager may already be gone at kernel shutdown
+    except Exception:  # the manager may already be gone at kernel shutdown
         logger.warning("kerasmagic.live: unregistering the comm target failed", exc_info=True)
     try:
         shell.events.unregister("post_run_cell", channel.post_run_cell)
@@ -461,6 +535,4 @@ def unregister(shell) -> None:
     if widget is not None:  # only loaded when a `%tf_mem --live` view was shown
         widget.stop_current()
     channel.close()  # joins the sampler thread: nothing reads NVML after this
-    from ..probes import nvml
-
     nvml.shutdown()  # nvmlShutdown only if NVML was started; a later sample re-initialises it

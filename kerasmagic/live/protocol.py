@@ -2,7 +2,7 @@
 
 The written contract is ``docs/protocol.md``; the JSON fixtures in
 ``tests/protocol_fixtures/`` are checked against :func:`validate` here and against the
-TypeScript guards in ``src/protocol.ts``.
+TypeScript guards in ``labextension/src/protocol.ts``.
 """
 
 from __future__ import annotations
@@ -17,13 +17,14 @@ __all__ = [
     "ProtocolError",
     "check_version",
     "echo",
+    "speaks_at_least",
     "shorten",
     "validate",
 ]
 
 TARGET_NAME = "kerasmagic.live"
 #: Bumped independently of the package version: major = incompatible, minor = additive.
-PROTOCOL_VERSION = "1.0.0"
+PROTOCOL_VERSION = "1.2.0"
 
 MIN_INTERVAL_S = 0.1
 MAX_INTERVAL_S = 60.0
@@ -115,6 +116,23 @@ def _major(version: Any) -> int | None:
     return int(head)
 
 
+def speaks_at_least(peer_version: Any, minor: int) -> bool:
+    """Whether a peer of our major speaks minor version ``minor`` or later (a later minor
+    adds methods: the kernel sends them only to a frontend that knows them).
+
+    Example:
+        >>> speaks_at_least("1.1.0", 1), speaks_at_least("1.0.0", 1), speaks_at_least("1", 1)
+        (True, False, False)
+    """
+    if _major(peer_version) != _major(PROTOCOL_VERSION):
+        return False
+    parts = peer_version.split(".")
+    second = parts[1] if len(parts) > 1 else ""
+    if not (second.isascii() and second.isdigit() and len(second) <= 9):
+        return False
+    return int(second) >= minor
+
+
 def check_version(peer_version: Any) -> None:
     """Raise :class:`ProtocolError` unless ``peer_version`` has our major version.
 
@@ -123,7 +141,7 @@ def check_version(peer_version: Any) -> None:
         >>> check_version("2.0.0")  # doctest: +ELLIPSIS
         Traceback (most recent call last):
         ...
-        kerasmagic.live.protocol.ProtocolError: this kernel's kerasmagic speaks protocol 1.0.0, the frontend 2.0.0: ...
+        kerasmagic.live.protocol.ProtocolError: this kernel's kerasmagic speaks protocol 1.2.0, the frontend 2.0.0: ...
     """
     if _major(peer_version) != _major(PROTOCOL_VERSION):
         raise ProtocolError(
@@ -220,6 +238,53 @@ def _counters(value: Any) -> bool:
     return isinstance(value, dict) and all(_is_number(v) for v in value.values())
 
 
+def _number_or_null(value: Any) -> bool:
+    return value is None or _is_number(value)
+
+
+def _node(value: Any) -> bool:
+    return value is None or (
+        isinstance(value, dict) and isinstance(value.get("ip"), str) and isinstance(value.get("hostname"), str)
+    )
+
+
+def _job(value: Any) -> bool:
+    """One isolated job as the sidebar shows it (docs/protocol.md, ``isolated_*``)."""
+    if not isinstance(value, dict):
+        return False
+    checks = {"job_id": _STR, "label": _STR, "status": _STR, "on": _STR, "node": _node, "started_ts": _NUM,
+              "wall_s": _number_or_null, "rss_peak_bytes": _number_or_null, "gpu_peak_bytes": _number_or_null}
+    if not all(name in value and check(value[name]) for name, check in checks.items()):
+        return False
+    return "error" not in value or isinstance(value["error"], str)
+
+
+def _jobs(value: Any) -> bool:
+    return isinstance(value, list) and all(_job(job) for job in value)
+
+
+def _figures(value: Any) -> bool:
+    """A cell's figures (``last``, ``per_run``): each a number or null."""
+    return isinstance(value, dict) and all(_number_or_null(v) for v in value.values())
+
+
+def _cell(value: Any) -> bool:
+    """One cell of a ``cell_growth`` message (docs/protocol.md)."""
+    if not isinstance(value, dict):
+        return False
+    checks = {"key": _STR, "cell_id": _str_or_null, "execution_count": _number_or_null, "runs": _NUM,
+              "streak": _NUM, "flagged": _BOOL, "growth_per_run_bytes": _number_or_null,
+              "per_run": lambda v: v is None or _figures(v), "last": _figures, "fix": _str_or_null}
+    if not all(name in value and check(value[name]) for name, check in checks.items()):
+        return False
+    return all(name not in value or check(value[name])
+               for name, check in (("first_line", _STR), ("last_ts", _NUM)))
+
+
+def _cells(value: Any) -> bool:
+    return isinstance(value, list) and all(_cell(cell) for cell in value)
+
+
 def _interval(value: Any) -> bool:
     return _is_number(value) and MIN_INTERVAL_S <= value <= MAX_INTERVAL_S
 
@@ -229,6 +294,7 @@ _STR = lambda v: isinstance(v, str)  # noqa: E731
 _NUM = _is_number
 _ANY = lambda v: True  # noqa: E731
 _DICT_OR_NULL = lambda v: v is None or isinstance(v, dict)  # noqa: E731
+_str_or_null = lambda v: v is None or isinstance(v, str)  # noqa: E731
 
 # method -> (required fields, optional fields); each field maps to its check.
 _TO_KERNEL: dict[str, tuple[dict, dict]] = {
@@ -261,6 +327,20 @@ _TO_FRONTEND: dict[str, tuple[dict, dict]] = {
         {},
     ),
     "error": ({"code": _STR, "message": _STR, "ts": _NUM}, {"request_method": _STR}),
+    # Since 1.1, only to a frontend that opened with 1.1 or later.
+    "isolated_started": ({"ts": _NUM, "job": _job}, {}),
+    "isolated_sample": (
+        {"ts": _NUM, "job_id": _STR, "rss_bytes": _number_or_null, "rss_peak_bytes": _number_or_null,
+         "gpu_peak_bytes": _number_or_null},
+        {},
+    ),
+    "isolated_done": ({"ts": _NUM, "job": _job}, {}),
+    "isolated_jobs": ({"ts": _NUM, "jobs": _jobs}, {}),
+    # Since 1.2, only to a frontend that opened with 1.2 or later.
+    "cell_growth": (
+        {"ts": _NUM, "threshold_bytes": _NUM, "min_runs": _NUM, "watched_cells": _NUM, "cells": _cells},
+        {},
+    ),
 }
 _DIRECTIONS = {"to_kernel": _TO_KERNEL, "to_frontend": _TO_FRONTEND}
 

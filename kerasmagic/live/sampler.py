@@ -9,28 +9,14 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
-from ..probes import Unavailable, guarded, to_jsonable
+from ..probes.sample import memory_sample
 
 __all__ = ["THREAD_NAME", "Sampler", "take_sample"]
 
 THREAD_NAME = "kerasmagic-live-sampler"
-
-
-def _tf_part() -> Any:
-    from ..probes import tensorflow as tf_probe
-
-    stats = tf_probe.allocator_stats()
-    if isinstance(stats, Unavailable):
-        return stats
-    return {"status": "running", "devices": stats}
-
-
-def _gpu_part() -> Any:
-    from ..probes import nvml
-
-    return nvml.devices()
 
 
 def take_sample(seq: int) -> dict[str, Any]:
@@ -41,19 +27,10 @@ def take_sample(seq: int) -> dict[str, Any]:
         >>> sample["method"], sample["rss_bytes"] > 0
         ('sample', True)
     """
-    from ..probes import process
-
     started = time.perf_counter()
-    message = {
-        "method": "sample",
-        "seq": seq,
-        "ts": time.time(),
-        "rss_bytes": guarded(process.rss_bytes, "reading RSS"),
-        "tf": guarded(_tf_part, "reading TF allocator statistics"),
-        "gpu": guarded(_gpu_part, "reading NVML"),
-    }
+    message = {"method": "sample", "seq": seq, **memory_sample()}
     message["sample_cost_s"] = time.perf_counter() - started
-    return to_jsonable(message)
+    return message
 
 
 class Sampler:

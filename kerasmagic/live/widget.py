@@ -17,6 +17,7 @@ import threading
 from collections import deque
 from typing import Any
 
+from ..probes.sample import allocator_total
 from ..tables import format_bytes
 
 __all__ = ["LiveView", "show_live", "sparkline_svg", "stop_current"]
@@ -25,7 +26,7 @@ _SPARK_WIDTH = 240
 _SPARK_HEIGHT = 36
 
 # The one running view of this kernel (see the module docstring).
-_current: "LiveView | None" = None
+_current: LiveView | None = None
 _current_lock = threading.Lock()
 
 
@@ -89,17 +90,7 @@ def _rows_html(rows: list[tuple[str, str, str]]) -> str:
 
 
 def _tf_totals(tf: Any, gpu: bool) -> tuple[float | None, float | None]:
-    if not isinstance(tf, dict) or not isinstance(tf.get("devices"), dict):
-        return None, None
-    in_use = unused = None
-    for name, device in tf["devices"].items():
-        if ("GPU" in name) != gpu:
-            continue
-        if isinstance(device.get("in_use_bytes"), (int, float)):
-            in_use = (in_use or 0) + device["in_use_bytes"]
-        if isinstance(device.get("held_unused_min_bytes"), (int, float)):
-            unused = (unused or 0) + device["held_unused_min_bytes"]
-    return in_use, unused
+    return allocator_total(tf, "in_use_bytes", gpu=gpu), allocator_total(tf, "held_unused_min_bytes", gpu=gpu)
 
 
 class _ViewState:
@@ -153,10 +144,10 @@ class _ViewState:
         if facts:
             counters = facts.get("name_counters")
             models = facts.get("live_models")
+            ops, entries = facts.get("graph_op_count"), facts.get("custom_gradient_entries")
             rows.append(
-                ("Graph", f"{facts.get('graph_op_count') if not _why(facts.get('graph_op_count')) else _MISSING} ops, "
-                 f"{facts.get('custom_gradient_entries') if not _why(facts.get('custom_gradient_entries')) else _MISSING}"
-                 " CustomGradient entries", _why(facts.get("tf_status"))))
+                ("Graph", f"{ops if not _why(ops) else _MISSING} ops, "
+                 f"{entries if not _why(entries) else _MISSING} CustomGradient entries", _why(facts.get("tf_status"))))
             if isinstance(counters, dict) and counters:
                 rows.append(("Keras names", ", ".join(f"{k} {v}" for k, v in counters.items()), ""))
             if isinstance(models, list):
@@ -168,7 +159,7 @@ class _ViewState:
 
 
 def _widgets():
-    import ipywidgets  # noqa: PLC0415 - only `%tf_mem --live` needs it
+    import ipywidgets  # only `%tf_mem --live` needs it
 
     return ipywidgets
 

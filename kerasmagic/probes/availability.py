@@ -2,22 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, TypeVar
+from typing import Any, Literal, TypeVar
 
 __all__ = ['Unavailable', 'guarded', 'to_jsonable']
 
 T = TypeVar("T")
-
-#: Reasons a value can be missing; the sidebar and the reports render one message per reason.
-REASONS = (
-    "not_installed",  # the package is not importable at all
-    "not_imported",  # installed, but the user has not imported it: we never import it for them
-    "not_started",  # imported, but its runtime is not running yet (probing would start it)
-    "no_device",  # no such device / no driver
-    "not_supported",  # this platform or version cannot give this number
-    "error",  # the probe failed; detail says why
-)
 
 
 @dataclass(frozen=True)
@@ -25,7 +16,12 @@ class Unavailable:
     """A value a probe could not give, and why.
 
     It is falsy, so ``if value:`` reads naturally, and it serialises to the wire format
-    ``{"status": "unavailable", "reason": ..., "detail": ...}``.
+    ``{"status": "unavailable", "reason": ..., "detail": ...}``. ``reason`` is one of
+    ``not_installed`` (the package is not importable), ``not_imported`` (installed, but not
+    imported: we never import it for the user), ``not_started`` (imported, but its runtime
+    is not running: probing would start it), ``no_device`` (no such device or driver),
+    ``not_supported`` (this platform or version cannot give the number) or ``error`` (the
+    probe failed; ``detail`` says why), as docs/protocol.md lists them.
 
     Example:
         >>> Unavailable("not_imported", "tensorflow is not imported in this kernel")
@@ -35,7 +31,7 @@ class Unavailable:
     reason: str
     detail: str = ""
 
-    def __bool__(self) -> bool:
+    def __bool__(self) -> Literal[False]:  # Literal: type checkers then know `value or default`
         return False
 
     def to_dict(self) -> dict[str, str]:
@@ -62,7 +58,14 @@ def guarded(fn: Callable[[], T], what: str) -> T | Unavailable:
 
 
 def to_jsonable(value: Any) -> Any:
-    """Recursively convert probe values (including ``Unavailable``) to JSON-able data."""
+    """Recursively convert probe values (including ``Unavailable``) to JSON-able data.
+
+    An object with a ``to_dict()`` (a record) becomes its wire form, made JSON-able in turn.
+
+    Example:
+        >>> to_jsonable({"rss": 1, "gpu": Unavailable("no_device"), "shape": (2, 3)})
+        {'rss': 1, 'gpu': {'status': 'unavailable', 'reason': 'no_device', 'detail': ''}, 'shape': [2, 3]}
+    """
     if isinstance(value, Unavailable):
         return value.to_dict()
     if isinstance(value, dict):
@@ -70,5 +73,5 @@ def to_jsonable(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [to_jsonable(v) for v in value]
     if hasattr(value, "to_dict"):
-        return value.to_dict()
+        return to_jsonable(value.to_dict())
     return value

@@ -8,11 +8,13 @@ the kernel's main thread, never from the sampler.
 from __future__ import annotations
 
 import sys
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from .availability import Unavailable, guarded
 
-__all__ = ['backend', 'history_classes', 'iter_models', 'keras3', 'model_classes', 'model_footprint', 'name_counters', 'snapshot', 'status', 'tf_keras', 'version']
+__all__ = ['backend', 'history_classes', 'iter_models', 'keras3', 'model_classes', 'model_footprint', 'name_counters',
+           'snapshot', 'status', 'tf_keras', 'version']
 
 
 def keras3():

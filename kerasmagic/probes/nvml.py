@@ -7,6 +7,7 @@ state, remembered so that we do not retry on every sample.
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 from typing import Any
@@ -21,7 +22,7 @@ _init_state: bool | Unavailable | None = None  # None: not tried yet
 
 
 def _pynvml():
-    import pynvml  # noqa: PLC0415 - deferred on purpose: never touch a GPU library at import
+    import pynvml  # deferred on purpose: never touch a GPU library at import
 
     return pynvml
 
@@ -92,7 +93,7 @@ def _device_info(pynvml, index: int, pid: int) -> dict[str, Any]:
     }
 
 
-def devices() -> list[dict[str, Any]] | Unavailable:
+def devices() -> list[dict[str, Any] | Unavailable] | Unavailable:
     """Per GPU: NVML's used/total bytes, utilisation, and this process's own use.
 
     Example:
@@ -108,7 +109,7 @@ def devices() -> list[dict[str, Any]] | Unavailable:
     if count == 0:
         return Unavailable("no_device", "NVML found no GPU")
     return [
-        guarded(lambda i=i: _device_info(pynvml, i, pid), f"reading GPU {i}") for i in range(count)
+        guarded(functools.partial(_device_info, pynvml, i, pid), f"reading GPU {i}") for i in range(count)
     ]
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from .availability import Unavailable, guarded
 
-__all__ = ['PeakRss', 'container_limit_bytes', 'rss_bytes', 'snapshot']
+__all__ = ['PeakRss', 'container_limit_bytes', 'high_water_rss_bytes', 'pss_uss_bytes', 'rss_bytes', 'snapshot']
 
 _STATUS_PATH = "/proc/self/status"
 _CLEAR_REFS_PATH = "/proc/self/clear_refs"
@@ -95,6 +95,47 @@ def _read_hwm_bytes() -> int:
     return int(match.group(1)) * 1024
 
 
+def high_water_rss_bytes() -> int | Unavailable:
+    """The peak RSS of this process (the kernel's ``VmHWM``) since it started or since a
+    ``PeakRss`` last reset it: exact, no sampling.
+
+    Example:
+        >>> high_water_rss_bytes() >= rss_bytes()
+        True
+    """
+    try:
+        return _read_hwm_bytes()
+    except (OSError, ValueError) as exc:
+        return Unavailable("not_supported", f"no peak RSS from the OS here ({exc})")
+
+
+def pss_uss_bytes() -> dict[str, int]:
+    """``pss_bytes`` and ``uss_bytes`` of this process, where Linux gives them (else fewer keys).
+
+    A forked child shares its parent's pages, so its RSS counts them again: PSS counts each
+    shared page in proportion to its sharers, USS only the pages this process alone has.
+
+    Example:
+        >>> sorted(pss_uss_bytes())                   # doctest: +SKIP
+        ['pss_bytes', 'uss_bytes']
+    """
+    figures: dict[str, int] = {}
+    try:
+        with open("/proc/self/smaps_rollup", "rb") as rollup:
+            for line in rollup:
+                key, _, rest = line.partition(b":")
+                if key in (b"Pss", b"Private_Clean", b"Private_Dirty"):
+                    figures[key.decode()] = int(rest.split()[0]) * 1024
+    except (OSError, ValueError, IndexError):
+        return {}
+    result = {}
+    if "Pss" in figures:
+        result["pss_bytes"] = figures["Pss"]
+    if "Private_Clean" in figures and "Private_Dirty" in figures:
+        result["uss_bytes"] = figures["Private_Clean"] + figures["Private_Dirty"]
+    return result
+
+
 def _exact_peak_supported() -> bool:
     try:
         with open(_CLEAR_REFS_PATH, "w") as clear_refs:
@@ -121,7 +162,7 @@ class PeakRss:
     SAMPLE_INTERVAL_S = 0.002
     _exact: bool | None = None
     #: Exact measurements running now (outermost first); nested ones must not erase their peaks.
-    _active: list["PeakRss"] = []
+    _active: list[PeakRss] = []
 
     def __init__(self) -> None:
         self.method = "exact"
@@ -132,7 +173,7 @@ class PeakRss:
         self._sampled_peak = 0
         self._carried_peak = 0
 
-    def start(self) -> "PeakRss":
+    def start(self) -> PeakRss:
         if PeakRss._exact is None:
             PeakRss._exact = _exact_peak_supported()
         self.start_rss_bytes = rss_bytes()

@@ -13,7 +13,9 @@ from typing import Any
 
 from .availability import Unavailable, guarded
 
-__all__ = ['allocator_stats', 'custom_gradient_entries', 'default_graph_op_count', 'device_names', 'executing_eagerly', 'gradient_registry', 'module', 'reset_peaks', 'runtime_started', 'snapshot', 'status', 'version', 'version_tuple']
+__all__ = ['allocator_stats', 'custom_gradient_entries', 'default_graph_op_count', 'device_names', 'executing_eagerly',
+           'gradient_registry', 'module', 'reset_peaks', 'runtime_started', 'snapshot', 'status', 'version',
+           'version_tuple']
 
 #: TF's BFC pool never shrinks, so the largest peak we have ever seen on a device is a lower
 #: bound of what TF holds there. We keep it ourselves because measuring a cell resets TF's
@@ -56,7 +58,7 @@ def version() -> str | Unavailable:
     tf = module()
     if tf is None:
         return Unavailable("not_imported", "TensorFlow is not imported in this process")
-    return getattr(tf, "__version__", None) or getattr(tf.version, "VERSION", "unknown")
+    return str(getattr(tf, "__version__", None) or getattr(tf.version, "VERSION", "unknown"))
 
 
 def version_tuple() -> tuple[int, int]:

@@ -12,14 +12,16 @@ pytestmark = pytest.mark.unit
 MODULES = [
     "kerasmagic", "kerasmagic.tables", "kerasmagic.events", "kerasmagic.errors", "kerasmagic.ipython_names",
     "kerasmagic.holders",
-    "kerasmagic.snapshot", "kerasmagic.measuring", "kerasmagic.clean", "kerasmagic.fresh",
+    "kerasmagic.snapshot", "kerasmagic.measuring", "kerasmagic.leak_watch", "kerasmagic.clean", "kerasmagic.fresh",
     "kerasmagic.registry_purge", "kerasmagic.extension", "kerasmagic.magics", "kerasmagic.demo",
     "kerasmagic.probes.availability", "kerasmagic.probes.process", "kerasmagic.probes.keras",
-    "kerasmagic.probes.tensorflow", "kerasmagic.probes.nvml", "kerasmagic.live.protocol",
+    "kerasmagic.probes.tensorflow", "kerasmagic.probes.nvml", "kerasmagic.probes.sample", "kerasmagic.records",
+    "kerasmagic.live.protocol",
     "kerasmagic.live.channel", "kerasmagic.live.sampler", "kerasmagic.live.widget",
     "kerasmagic.isolation", "kerasmagic.isolation.api", "kerasmagic.isolation.cell_names",
     "kerasmagic.isolation.pool", "kerasmagic.isolation.result", "kerasmagic.isolation.shipping",
-    "kerasmagic.isolation.template", "kerasmagic.isolation.mapping", "kerasmagic.isolation.worker",
+    "kerasmagic.isolation.template", "kerasmagic.isolation.mapping", "kerasmagic.isolation.child.worker",
+    "kerasmagic.isolation.runner",
 ]
 
 

@@ -12,7 +12,8 @@ from kerasmagic.clean import clear_tf
 from kerasmagic.errors import KerasMagicUsageError
 from kerasmagic.fresh import fresh_model
 from kerasmagic.holders import find_holders
-from tests.conftest import run
+
+from shell_helpers import run
 
 pytestmark = pytest.mark.shell
 

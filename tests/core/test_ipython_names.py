@@ -1,4 +1,4 @@
-"""IPython's own names: one check decides them for --who, --isolate, %clear_tf and -o VAR,
+"""IPython's own names: one check decides them for --who, --isolate, %clear_tf and --as VAR,
 and no magic deletes or overwrites a name the kernel needs."""
 
 from __future__ import annotations
@@ -10,7 +10,8 @@ from kerasmagic.clean import clear_tf
 from kerasmagic.errors import KerasMagicUsageError
 from kerasmagic.holders import user_variable_names
 from kerasmagic.isolation.cell import cell_inputs
-from tests.conftest import run
+
+from shell_helpers import error_of, run
 
 pytestmark = pytest.mark.shell
 
@@ -22,10 +23,6 @@ USERS_OWN = ["model", "_model", "__private", "data_", "_i_am_private", "_1st"]
 
 #: Deleting or overwriting any of these breaks the kernel (or every later magic).
 KERNEL_NEEDS = ["_oh", "_dh", "_ih", "_sh", "__name__", "In", "Out", "get_ipython", "exit", "quit", "__builtins__"]
-
-
-def error_of(result):
-    return result.error_before_exec or result.error_in_exec
 
 
 @pytest.mark.parametrize("name", IPYTHON_OWN + USERS_OWN)
@@ -78,16 +75,16 @@ def test_clear_tf_still_deletes_an_output_cache_name(shell):
 
 
 OUTPUT_LINES = [
-    "%tf_mem -q -o {name}",
-    "%%tf_mem -q -o {name}\nprecious.append(4)",
-    "%%fresh_model -q -o {name}\nprecious.append(4)",
+    "%tf_mem -q --as {name}",
+    "%%tf_mem -q --as {name}\nprecious.append(4)",
+    "%%fresh_model -q --as {name}\nprecious.append(4)",
 ]
 
 
 @pytest.mark.parametrize("line", OUTPUT_LINES, ids=["tf_mem", "tf_mem-cell", "fresh_model"])
 @pytest.mark.parametrize("name", ["get_ipython", "In", "Out", "_oh", "_", "_i1", "__builtins__", "__name__",
                                   "exit", "def", "None", "lambda"])
-def test_dash_o_refuses_a_name_ipython_needs_or_a_keyword(shell, capsys, line, name):
+def test_as_refuses_a_name_ipython_needs_or_a_keyword(shell, capsys, line, name):
     run(shell, "precious = [1, 2, 3]")
     missing = object()
     before = shell.user_ns.get(name, missing)
@@ -95,7 +92,7 @@ def test_dash_o_refuses_a_name_ipython_needs_or_a_keyword(shell, capsys, line, n
     error = error_of(result)
     assert isinstance(error, UsageError), repr(error)
     message = str(error)
-    assert message.startswith(f"-o needs a new variable name; {name!r} is ") and "e.g. -o report" in message
+    assert message.startswith(f"--as needs a new variable name; {name!r} is ") and "e.g. --as report" in message
     assert ("a Python keyword" in message) == (name in ("def", "None", "lambda"))
     assert "\n" not in message
     assert "Traceback" not in "".join(capsys.readouterr())
@@ -106,7 +103,7 @@ def test_dash_o_refuses_a_name_ipython_needs_or_a_keyword(shell, capsys, line, n
 
 
 @pytest.mark.parametrize("line", OUTPUT_LINES, ids=["tf_mem", "tf_mem-cell", "fresh_model"])
-def test_dash_o_still_takes_a_private_name(shell, line):
+def test_as_still_takes_a_private_name(shell, line):
     run(shell, "precious = [1, 2, 3]")
     run(shell, line.format(name="_snap"))
     assert shell.user_ns["_snap"] is not None

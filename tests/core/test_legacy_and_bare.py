@@ -48,7 +48,8 @@ def test_legacy_graph_mode_grows_and_clear_tf_resets_it():
         shell.run_cell("model = make()")
         name = shell.run_cell("model.layers[0].name").result
         print(json.dumps({"ops": ops, "after": after, "name": name,
-                          "keras_version": __import__("tf_keras").__version__, "keras_module": shell.user_ns["keras"].__name__,
+                          "keras_version": __import__("tf_keras").__version__,
+                          "keras_module": shell.user_ns["keras"].__name__,
                           "step": [s.detail for s in report.steps if s.name.startswith("clear Keras")][0]}))
         """,
         TF_USE_LEGACY_KERAS="1",
@@ -67,7 +68,7 @@ def test_no_framework_imported_measures_process_memory_only():
         from IPython.core.interactiveshell import InteractiveShell
         shell = InteractiveShell.instance()
         shell.run_line_magic("load_ext", "kerasmagic")
-        shell.run_cell("%%tf_mem -q -o m\\nblock = bytearray(300 * 10**6)\\ndel block")
+        shell.run_cell("%%tf_mem -q --as m\\nblock = bytearray(300 * 10**6)\\ndel block")
         report = shell.run_line_magic("clear_tf", "-q -o")
         snapshot = shell.run_line_magic("tf_mem", "-o")
         print(json.dumps({

@@ -10,7 +10,8 @@ import pytest
 from IPython.core.error import UsageError
 
 from kerasmagic.probes.process import rss_bytes
-from tests.conftest import run
+
+from shell_helpers import error_of, run
 
 pytestmark = [pytest.mark.shell, pytest.mark.frameworks]
 
@@ -33,10 +34,6 @@ y = x.sum(axis=1, keepdims=True)
 def keras_shell(shell):
     run(shell, MAKE_MODEL)
     return shell
-
-
-def error_of(result):
-    return result.error_before_exec or result.error_in_exec
 
 
 def test_model_held_only_by_the_output_cache_is_freed(keras_shell):
@@ -112,7 +109,7 @@ def test_registry_growth_stops_with_fresh_model(keras_shell):
 
 def test_peak_of_a_cell_that_allocates_and_frees_500_mb(keras_shell):
     shell = keras_shell
-    run(shell, "%%tf_mem -q -o m\nblock = np.ones(500 * 10**6 // 8)\ndel block")
+    run(shell, "%%tf_mem -q --as m\nblock = np.ones(500 * 10**6 // 8)\ndel block")
     measured = shell.user_ns["m"].rss_peak_above_start_bytes
     assert abs(measured - 500e6) < 0.05 * 500e6, f"peak {measured / 1e6:.0f} MB for a 500 MB cell"
     assert abs(shell.user_ns["m"].rss_delta_bytes) < 50e6
@@ -120,7 +117,7 @@ def test_peak_of_a_cell_that_allocates_and_frees_500_mb(keras_shell):
 
 def test_tf_mem_cell_reports_then_the_users_exception_propagates(keras_shell, capsys):
     shell = keras_shell
-    result = shell.run_cell("%%tf_mem -o m\nvalue = 41\nraise KeyError('user error')", store_history=True)
+    result = shell.run_cell("%%tf_mem --as m\nvalue = 41\nraise KeyError('user error')", store_history=True)
     assert isinstance(result.error_in_exec, KeyError) and result.error_in_exec.args == ("user error",)
     assert shell.user_ns["value"] == 41
     assert shell.user_ns["m"].error == "KeyError"
@@ -151,7 +148,8 @@ def test_fresh_model_keeps_mixed_precision_and_seed(keras_shell):
 def test_clear_inside_a_graph_block(keras_shell):
     shell = keras_shell
     run(shell, "import tensorflow as tf\ng = tf.Graph()")
-    run(shell, "with g.as_default():\n    c = tf.constant(1.0)\n    r = get_ipython().run_line_magic('clear_tf', '-q -o')")
+    run(shell, "with g.as_default():\n    c = tf.constant(1.0)\n"
+               "    r = get_ipython().run_line_magic('clear_tf', '-q -o')")
     report = shell.user_ns["r"]
     keras_step = next(s for s in report.steps if s.name.startswith("clear Keras"))
     assert keras_step.skipped is None and "graph kept" in keras_step.detail
@@ -171,16 +169,16 @@ def test_never_deletes_a_variable_it_was_not_given(keras_shell):
     "line, fragment",
     [
         ("%clear_tf no_such_variable", "no variable named 'no_such_variable'"),
-        ("%clear_tf --seed forty", "invalid int value"),
+        ("%clear_tf --seed forty", "the seed must be an integer from 0 to 2**32 - 1, got 'forty'"),
         ("%clear_tf --frobnicate", "unrecognized arguments"),
         ("%tf_mem --who --live", "--live shows a live view"),
-        ("%tf_mem -o 1x", "-o needs a variable name"),
+        ("%tf_mem --as 1x", "--as needs a variable name"),
         ("%%tf_mem --who\n1", "belong to the line magic"),
         ("%%fresh_model --timeout 5\n1", "only work with --isolate"),
         ("%%fresh_model --isolate --env NOEQUALS\n1", "--env takes KEY=VALUE"),
         ("%%fresh_model --isolate model\n1", "nothing to delete"),
         ("%%fresh_model --isolate --timeout -1\n1", "finite number of seconds > 0"),
-        ("%%fresh_model -o\n1", "expected one argument"),
+        ("%%fresh_model --as\n1", "expected one argument"),
         ("%%fresh_model not_defined\n1", "no variable named 'not_defined'"),
         ("%%tf_mem\nx = (1,\nprint(x)", "does not parse"),
         ("%%tf_mem\nprecious.append(4)\nawait something()", "top-level await"),

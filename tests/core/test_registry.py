@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import gc
 
+import keras
+import numpy as np
 import pytest
 
 pytestmark = pytest.mark.frameworks
-
-import keras
-import numpy as np
 
 
 def trained_model():

@@ -16,7 +16,7 @@ def worker_children() -> list:
 
     # Forked job processes carry their template's command line.
     return [p for p in psutil.Process().children(recursive=True)
-            if any(f"kerasmagic.isolation.{kind}" in " ".join(_cmdline(p)) for kind in ("worker", "template"))]
+            if any(f"kerasmagic.isolation.{kind}" in " ".join(_cmdline(p)) for kind in ("child.worker", "template"))]
 
 
 def _cmdline(process) -> list[str]:
@@ -30,24 +30,6 @@ def _cmdline(process) -> list[str]:
 def list_workers():
     """The function listing this process's live workers (conftest modules are not importable by name)."""
     return worker_children
-
-
-@pytest.fixture
-def sigint_raises():
-    """SIGINT raises KeyboardInterrupt during the test, as in a kernel running a cell.
-
-    A process started in the background by a non-interactive shell (CI's runner, `cmd &`)
-    inherits SIGINT *ignored*, and Python then installs no handler: a test that interrupts
-    itself would wait for nothing. ipykernel, likewise, ignores SIGINT between cells and
-    installs ``default_int_handler`` while one runs; this does what it does for a cell.
-    """
-    import signal
-
-    saved = signal.signal(signal.SIGINT, signal.default_int_handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, saved)
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -19,7 +19,8 @@ def _run(shell, cell, **options):
 
 def test_inputs_are_found_and_outputs_assigned(isolated_shell):
     shell = isolated_shell
-    shell.run_cell("import numpy as np\ndef scale(v, by):\n    return v * by\ndata = np.arange(5)\nfactor = 3\nunused = 'x'")
+    shell.run_cell("import numpy as np\ndef scale(v, by):\n    return v * by\n"
+                   "data = np.arange(5)\nfactor = 3\nunused = 'x'")
     before = {k: v for k, v in shell.user_ns.items()}
     result = _run(shell, "scaled = scale(data, factor)\ntotal = int(scaled.sum())\nfactor_seen = factor")
     assert {s.name for s in result.sent} == {"scale", "data", "factor"}
@@ -101,3 +102,36 @@ def test_a_name_bound_only_in_an_inner_function_does_not_hide_a_global_read(isol
     result = _run(isolated_shell, cell)
     assert isolated_shell.user_ns["total"] == 11
     assert [s.name for s in result.sent] == ["offset"]
+
+
+@pytest.mark.parametrize("last, shown", [
+    ("x;", False),
+    ("x;  # a note after the semicolon", False),
+    ("x  # a note;", True),
+    ("x", True),
+])
+def test_a_last_semicolon_hides_the_value_under_isolate_as_in_process(shell, last, shown):
+    def shows_41(cell):
+        with capture_output() as captured:
+            result = shell.run_cell(cell, store_history=True)
+        assert result.success, result.error_in_exec
+        texts = [captured.stdout] + [output.data.get("text/plain", "") for output in captured.outputs]
+        return any("41" in text for text in texts)
+
+    assert shows_41(f"%%fresh_model -q\nx = 41\n{last}") is shown
+    assert shows_41(f"%%fresh_model -q --isolate\nx = 41\n{last}") is shown
+
+
+def test_an_isolated_traceback_numbers_lines_as_the_notebook_does(shell, capsys):
+    # The magic's line is line 1, in-process and under --isolate alike.
+    body = "def fail():\n    raise KeyError('user error')\n\nfail()"
+    capsys.readouterr()
+    in_process = shell.run_cell(f"%%fresh_model -q\n{body}", store_history=True)
+    assert isinstance(in_process.error_in_exec, KeyError)
+    shown = capsys.readouterr().out
+    assert "----> 5 fail()" in shown and "----> 3     raise KeyError('user error')" in shown, shown
+    isolated = shell.run_cell(f"%%fresh_model -q --isolate\n{body}", store_history=True)
+    child = isolated.error_in_exec.child_traceback
+    assert 'File "<isolated cell>", line 5, in <module>' in child, child
+    assert 'File "<isolated cell>", line 3, in fail' in child, child
+    assert "    raise KeyError('user error')" in child

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 import pytest
 
@@ -49,7 +47,8 @@ def test_one_gib_in_the_worker_leaves_the_kernel_flat():
     before = rss_bytes()
     try:
         result = run_isolated(
-            "import numpy as np, time\nblock = np.ones(2**27)\ntime.sleep(0.6)\ntotal = float(block[::4096].sum())\ndel block")
+            "import numpy as np, time\nblock = np.ones(2**27)\ntime.sleep(0.6)\n"
+            "total = float(block[::4096].sum())\ndel block")
     finally:
         stop()
     assert result.outputs["total"] == 2**27 / 4096
@@ -72,7 +71,8 @@ def test_output_streams_before_the_job_ends(recording_stdout):
 
 def test_carriage_return_progress_arrives_as_chunks(recording_stdout):
     with recording_stdout() as recorded_stdout:
-        run_isolated("import sys, time\nfor i in range(3):\n    sys.stdout.write(f'\\rstep {i}'); sys.stdout.flush(); time.sleep(0.3)\nprint()")
+        run_isolated("import sys, time\nfor i in range(3):\n"
+                     "    sys.stdout.write(f'\\rstep {i}'); sys.stdout.flush(); time.sleep(0.3)\nprint()")
     assert "\rstep 0" in recorded_stdout.text and "\rstep 2" in recorded_stdout.text
     assert len(recorded_stdout.chunks) >= 3  # not one line at the end
 
@@ -85,7 +85,8 @@ def test_quiet_keeps_output_out_of_the_caller(recording_stdout):
 
 
 def test_env_reaches_the_worker_before_it_starts():
-    result = run_isolated("import os\nvalue = os.environ.get('KERASMAGIC_TEST_FLAG')", env={"KERASMAGIC_TEST_FLAG": "on"})
+    result = run_isolated("import os\nvalue = os.environ.get('KERASMAGIC_TEST_FLAG')",
+                          env={"KERASMAGIC_TEST_FLAG": "on"})
     assert result.outputs["value"] == "on"
     assert result.worker_state == "cold", result.worker_note  # a template for another environment
     plain = run_isolated("import os\nvalue = os.environ.get('KERASMAGIC_TEST_FLAG')")

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import os
-import sys
 import signal
+import sys
 import threading
 import time
 
@@ -12,8 +12,7 @@ import psutil
 import pytest
 
 from kerasmagic.errors import KerasMagicUsageError
-from kerasmagic.isolation import (IsolatedCellError, IsolatedCrash, IsolatedTimeout, IsolationUsageError,
-                                  run_isolated)
+from kerasmagic.isolation import IsolatedCellError, IsolatedCrash, IsolatedTimeout, IsolationUsageError, run_isolated
 from kerasmagic.isolation.cell import run_cell_isolated
 from kerasmagic.isolation.pool import WorkerPool
 

@@ -15,8 +15,7 @@ import time
 import psutil
 import pytest
 
-from kerasmagic.isolation import (IsolatedCellError, IsolatedCrash, IsolatedShippingError, IsolatedTimeout,
-                                  run_isolated)
+from kerasmagic.isolation import IsolatedCellError, IsolatedShippingError, IsolatedTimeout, run_isolated
 from kerasmagic.isolation.pool import default_pool
 
 pytestmark = pytest.mark.isolation
@@ -90,7 +89,7 @@ def test_an_input_that_cannot_be_rebuilt_is_a_shipping_error_not_the_users():
     import types
 
     module = types.ModuleType("kerasmagic_runtime_only")  # exists in this process alone
-    exec("class Thing:\n    pass", module.__dict__)
+    module.Thing = type("Thing", (), {})
     module.Thing.__module__ = module.__name__
     sys.modules[module.__name__] = module
     try:

@@ -10,8 +10,7 @@ import time
 import psutil
 import pytest
 
-from kerasmagic.isolation import (IsolatedCellError, IsolatedMapResult, IsolationUsageError, isolated_map,
-                                  run_isolated)
+from kerasmagic.isolation import IsolatedCellError, IsolatedMapResult, IsolationUsageError, isolated_map, run_isolated
 from kerasmagic.isolation.pool import default_pool
 
 pytestmark = pytest.mark.isolation

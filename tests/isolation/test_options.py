@@ -104,3 +104,27 @@ def test_out_refuses_a_name_ipython_needs(isolated_shell, name, no_job_may_start
         run_cell_isolated(isolated_shell, f"{name} = 1", inputs=None, outputs=[name], no_return=False,
                           timeout=None, gpu=None, env={}, seed=None, quiet=False)
     assert isolated_shell.user_ns == before
+
+
+def test_configure_pool_changes_the_live_pool_through_its_public_method(monkeypatch):
+    from kerasmagic.isolation import configure_pool
+    from kerasmagic.isolation.pool import default_pool
+
+    live = default_pool()
+    asked = []
+    monkeypatch.setattr(live, "configure", lambda **settings: asked.append(settings))
+    configure_pool(idle_timeout=300)
+    assert len(asked) == 1 and asked[0]["idle_timeout"] == 300.0 and asked[0]["size"] == live.size
+
+
+def test_a_pool_is_reconfigured_in_place_and_keeps_what_was_not_given():
+    from kerasmagic.isolation.pool import WorkerPool
+
+    pool = WorkerPool(size=1, idle_timeout=30.0)
+    try:
+        pool.configure(size=3)
+        assert (pool.size, pool.idle_timeout, pool.fork) == (3, 30.0, True)
+        pool.configure(idle_timeout=5.0, fork=False)
+        assert (pool.size, pool.idle_timeout, pool.fork) == (3, 5.0, False)
+    finally:
+        pool.shutdown()

@@ -14,7 +14,7 @@ import warnings
 import psutil
 import pytest
 
-from kerasmagic.isolation import (IsolatedCrash, IsolatedTimeout, IsolationWarning, isolated_map, run_isolated)
+from kerasmagic.isolation import IsolatedCrash, IsolatedTimeout, IsolationWarning, isolated_map, run_isolated
 from kerasmagic.isolation.pool import WorkerPool, default_pool
 
 pytestmark = pytest.mark.isolation
@@ -159,7 +159,7 @@ def test_finished_jobs_leave_no_zombie_in_the_template():
     for _ in range(3):
         run_isolated("x = 1", quiet=True)
     for pid in default_pool().template_pids():
-        assert _until(lambda: not [c for c in psutil.Process(pid).children()
+        assert _until(lambda pid=pid: not [c for c in psutil.Process(pid).children()
                                    if c.status() == psutil.STATUS_ZOMBIE], within=5)
 
 

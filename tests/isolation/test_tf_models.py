@@ -29,7 +29,8 @@ def keras_shell(isolated_shell, keras):
         "rng = np.random.default_rng(0)\n"
         "x = rng.random((64, 4), dtype=np.float32)\ny = rng.random((64, 1), dtype=np.float32)\n"
         "def make_model(units):\n"
-        "    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(units, activation='relu'), keras.layers.Dense(1)])\n"
+        "    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(units, activation='relu'),\n"
+        "                              keras.layers.Dense(1)])\n"
         "    model.compile(optimizer='adam', loss='mse')\n"
         "    return model\n")
     return isolated_shell

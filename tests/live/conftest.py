@@ -76,7 +76,8 @@ class KernelSession:
         metadata = {} if protocol_version is None else {"protocol_version": protocol_version}
         msg = self.client.session.msg(
             "comm_open",
-            {"comm_id": comm_id, "target_name": target, "data": data if data is not None else {"method": "open", "visible": True}},
+            {"comm_id": comm_id, "target_name": target,
+             "data": data if data is not None else {"method": "open", "visible": True}},
             metadata=metadata,
         )
         self.client.shell_channel.send(msg)

@@ -43,9 +43,22 @@ def test_samples_arrive_while_a_cell_runs(kernel):
     # The cell holds the shell channel for 3 s: only the sampler thread can have sent these.
     assert len(during) >= 4, len(during)
     assert during[-1]["ts"] - during[0]["ts"] >= 1.5
-    # ...and the main-thread facts follow the cell.
+    # ...and the main-thread facts follow the cell (the first facts came on open, after cell 1).
+    assert kernel.comm_data(comm_id, "facts")["execution_count"] == 1
     facts = kernel.comm_data(comm_id, "facts")
-    assert facts["execution_count"] >= 2
+    assert facts["execution_count"] == 2
+
+
+def test_facts_name_the_cell_that_just_ran(kernel):
+    """ "After cell [N]": N is the cell that ran, as In[N] numbers it (IPython has counted on by then)."""
+    comm_id, _ = _load_and_open(kernel)
+    opened = kernel.comm_data(comm_id, "facts")
+    kernel.execute("x = 1")
+    ran = [m for m in kernel.iopub if m["msg_type"] == "execute_input"][-1]["content"]["execution_count"]
+    assert opened["execution_count"] == ran - 1  # on open: the %load_ext cell, the last one run
+    assert kernel.comm_data(comm_id, "facts")["execution_count"] == ran
+    kernel.send_comm(comm_id, {"method": "refresh"})
+    assert kernel.comm_data(comm_id, "facts")["execution_count"] == ran
 
 
 def test_major_version_mismatch_is_refused(kernel):
@@ -188,7 +201,8 @@ def test_outside_a_kernel_load_ext_registers_no_channel():
     code = ("get_ipython().run_line_magic('load_ext', 'kerasmagic')\n"
             "from kerasmagic.live.channel import active_channel\n"
             "import threading\n"
-            "print('RESULT', active_channel(), [t.name for t in threading.enumerate() if t.name.startswith('kerasmagic')])\n")
+            "print('RESULT', active_channel(),\n"
+            "      [t.name for t in threading.enumerate() if t.name.startswith('kerasmagic')])\n")
     run = subprocess.run([sys.executable, "-m", "IPython", "--quick", "--no-banner", "-c", code],
                          capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr[-3000:]

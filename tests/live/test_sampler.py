@@ -5,8 +5,9 @@ import time
 
 import pytest
 
-from kerasmagic.live import protocol, sampler as sampler_module
+from kerasmagic.live import protocol
 from kerasmagic.live.sampler import THREAD_NAME, Sampler, take_sample
+from kerasmagic.probes import sample as sample_probe
 
 pytestmark = pytest.mark.unit
 
@@ -71,7 +72,7 @@ def test_failing_probe_becomes_unavailable_and_thread_lives(monkeypatch):
     def broken():
         raise RuntimeError("driver on fire")
 
-    monkeypatch.setattr(sampler_module, "_gpu_part", broken)
+    monkeypatch.setattr(sample_probe, "gpu_part", broken)
     got = []
     sampler = Sampler(got.append, interval_s=0.02)
     sampler.set_active(True)

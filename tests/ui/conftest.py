@@ -3,7 +3,6 @@
 import json
 import os
 import secrets
-import shutil
 import socket
 import subprocess
 import sys
@@ -15,8 +14,8 @@ import pytest
 
 ARTIFACTS = Path(__file__).parents[2] / "test-artifacts"
 CHROMIUM = os.environ.get("KERASMAGIC_CHROMIUM", "/usr/bin/chromium")
-# From background.md: what Chromium needs to run headless here (no sandbox as root, no GPU,
-# no network side traffic that would stall in an offline container).
+# What Chromium needs to run headless here (docs/sidebar.md): no sandbox as root, no GPU,
+# no network side traffic that would stall in an offline container.
 CHROMIUM_ARGS = [
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
     "--disable-background-networking", "--disable-component-update", "--disable-sync",
@@ -78,7 +77,8 @@ class LabServer:
             if self.process.poll() is not None:
                 raise RuntimeError(f"jupyter lab exited: {(self.root / 'server.log').read_text()[-3000:]}")
             try:
-                with urllib.request.urlopen(f"{self.url}/api/status?token={self.token}", timeout=2) as reply:
+                # The http:// address of the server this fixture started.
+                with urllib.request.urlopen(f"{self.url}/api/status?token={self.token}", timeout=2) as reply:  # noqa: S310
                     json.load(reply)
                     return
             except OSError:
@@ -137,7 +137,7 @@ def artifacts() -> Path:
 
 
 def wait_kernel_ready(page) -> None:
-    """Wait until the current notebook's kernel is really connected (background.md)."""
+    """Wait until the current notebook's kernel is really connected and idle, before a cell runs."""
     page.wait_for_function(
         """() => {
             const app = window.jupyterapp;
@@ -167,6 +167,16 @@ def run_cell(page, index: int) -> None:
 
 def kernel_status(page) -> str:
     return page.evaluate("() => window.jupyterapp.shell.currentWidget.sessionContext.session.kernel.status")
+
+
+def wait_idle(page, timeout_s: float = 120) -> None:
+    """Wait until the active notebook's kernel is idle (a cell ran to its end)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if kernel_status(page) == "idle":
+            return
+        time.sleep(0.2)
+    raise TimeoutError("kernel stayed busy")
 
 
 def panel_data(page) -> dict:

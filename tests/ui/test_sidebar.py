@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from .conftest import kernel_status, notebook, panel_data, run_cell, wait_kernel_ready
+from .conftest import kernel_status, notebook, panel_data, run_cell, wait_idle, wait_kernel_ready
 
 pytestmark = pytest.mark.ui
 
@@ -20,15 +20,6 @@ CELLS = [
     "model.fit(x, y, epochs=2, batch_size=64, verbose=0)\n"
     "del model",
 ]
-
-
-def _wait_idle(page, timeout_s: float = 120) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if kernel_status(page) == "idle":
-            return
-        time.sleep(0.2)
-    raise TimeoutError("kernel stayed busy")
 
 
 def test_sidebar_live_during_fit_clear_and_reload(lab, page, artifacts):
@@ -65,7 +56,7 @@ def test_sidebar_live_during_fit_clear_and_reload(lab, page, artifacts):
         time.sleep(0.25)
     assert len(seen_seq) >= 3, f"samples seen while the cell ran: {seen_seq}"
     assert len(seen_rss) >= 2, f"RSS values seen while the cell ran: {seen_rss}"
-    _wait_idle(page)
+    wait_idle(page)
     page.wait_for_function(
         "() => document.getElementById('kerasmagic-sidebar').dataset.tfInUseBytes > 0", timeout=20_000
     )

@@ -1,0 +1,328 @@
+"""The node side of ``on="ray"``: one agent per node per kernel, and the relay task per job.
+
+The agent is a Ray actor pinned to its node. It owns an ordinary
+:class:`~kerasmagic.isolation.pool.WorkerPool`, so the node gets exactly what the kernel
+gets locally: a template that imports the kernel's frameworks once and never starts them,
+and a fork of it per job, which runs the job with the same worker code and protocol and
+exits, giving back all of its memory (GPU memory too). The agent is to its templates what
+the kernel is locally: if the agent dies (its node is removed, the kernel disconnects),
+its templates and their children die with it.
+
+Ray decides where a job runs through :func:`relay_job`, a task that asks for the job's
+resources. It starts on the node Ray picks, hands the job to that node's agent, and
+passes the job's events (output, displays, samples, the final message with the returned
+files) back to the kernel as a streaming generator; it holds the job's CPUs and GPUs
+until the job ends, so Ray's accounting stays true. The relay imports no framework.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pickle
+import queue
+import shutil
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from ..pool import WorkerPool, WorkerSpec, release_owner_locks
+from ..result import IsolatedResult
+from ..runner import Job, JobRun, drive
+from ..shipping import make_job_directory
+from .transfer import read_files, rebase_job, returned_specs, spec_paths, write_files
+
+logger = logging.getLogger(__name__)
+
+NAMESPACE = "kerasmagic"
+#: Events are sent in batches at most this often; a job that prints a line per batch must
+#: not cost an object-store round trip per line.
+_BATCH_S = 0.05
+#: Templates on a node outlive their last job this long (the kernel's default is 10 minutes).
+AGENT_IDLE_TIMEOUT_S = 600.0
+
+
+def agent_name(session: str, node_id: str) -> str:
+    """The agent's actor name: one per kernel (``session``) and node.
+
+    Example:
+        >>> agent_name("01000000-4242", "3b3408")
+        'kerasmagic-agent-01000000-4242-3b3408'
+    """
+    return f"kerasmagic-agent-{session}-{node_id}"
+
+
+def _node_environment(overrides: dict[str, str]) -> tuple[tuple[str, str], ...]:
+    """The node's own environment plus the kernel's overrides (``env=``, the Keras backend).
+
+    The node's PATH, HOME and virtualenv are the ones that exist there; the kernel's would
+    not. Ray's own per-worker variables are left out: they differ from worker to worker
+    and would split the template.
+    """
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+    # Ray sets OMP_NUM_THREADS to the worker's CPU count (1 for this zero-CPU actor) unless
+    # the user did: a job given 4 CPUs must not inherit the agent's 1.
+    environment.pop("OMP_NUM_THREADS", None)
+    environment.update(overrides)
+    for key in ("PYTEST_CURRENT_TEST", "_", "OLDPWD", "PWD", "COLUMNS", "LINES"):
+        environment.pop(key, None)
+    return tuple(sorted(environment.items()))
+
+
+class _NodeJob(Job):
+    """A job as the kernel encoded it, with the kernel's folder, cwd and ``sys.path`` made local."""
+
+    kernel_cwd: str | None = None
+    kernel_sys_path: tuple[str, ...] = ()
+
+    def message(self) -> dict[str, Any]:
+        message = super().message()
+        # The kernel's working directory where it exists here (a shared filesystem, the
+        # same image), the agent's otherwise; the kernel's sys.path entries that exist here first.
+        if self.kernel_cwd and os.path.isdir(self.kernel_cwd):
+            message["cwd"] = self.kernel_cwd
+        local = [p for p in self.kernel_sys_path if os.path.isdir(p)]
+        message["sys_path"] = local + [p for p in message["sys_path"] if p not in local]
+        return message
+
+
+class _RelayedRun(JobRun):
+    """A :class:`JobRun` whose output, displays and samples go into a queue, not a cell, and
+    whose values are sent back as files instead of being rebuilt here (that would import
+    the frameworks into the agent)."""
+
+    def __init__(self, *args: Any, events: queue.Queue, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.events = events
+        self.returned_files: dict[str, bytes] = {}
+        self.final_message: dict[str, Any] | None = None
+
+    cancelled = False
+
+    def cancel_now(self) -> None:
+        """End the job (from another thread): the drive loop sees a deadline that has passed
+        and kills the job's group itself, whatever phase the job is in."""
+        self.cancelled = True
+        self.timeout = self.timeout if self.timeout is not None else 0.0
+        self.deadline = time.perf_counter()
+
+    def begin(self, pool: Any) -> None:
+        super().begin(pool)
+        if self.cancelled:  # cancelled between its registration and its start: begin() set a new deadline
+            self.deadline = time.perf_counter()
+
+    def emit_output(self, stream_name: str, text: str) -> None:
+        self.events.put({"kind": "output", "stream": stream_name, "text": text})
+
+    def show(self, data: dict[str, Any], metadata: dict[str, Any]) -> None:
+        self.events.put({"kind": "display", "data": data, "metadata": metadata})
+
+    def publish_sample(self, message: dict[str, Any]) -> None:
+        self.events.put({"kind": "sample", **{k: v for k, v in message.items() if k != "kind"}})
+
+    def bring_back(self, final: dict[str, Any]) -> str | None:
+        paths = [path for spec in returned_specs(final) for path in spec_paths(spec)]
+        self.returned_files = read_files(paths)
+        self.final_message = final
+        return None
+
+
+_OVER = {"kind": "over"}  # the drive loop ended: nothing more will be queued
+
+
+def _batched(events: queue.Queue) -> Iterator[list[dict[str, Any]]]:
+    """Yield what is queued, consecutive output of one stream joined, until the run is over."""
+    over = False
+    while not over:
+        batch = [events.get()]
+        deadline = time.monotonic() + _BATCH_S
+        while batch[-1] is not _OVER and time.monotonic() < deadline:
+            try:
+                batch.append(events.get(timeout=max(0.0, deadline - time.monotonic())))
+            except queue.Empty:
+                break
+        joined: list[dict[str, Any]] = []
+        for event in batch:
+            if event is _OVER:
+                over = True
+                continue
+            last = joined[-1] if joined else None
+            if (last is not None and event["kind"] == "output" and last["kind"] == "output"
+                    and last["stream"] == event["stream"]):
+                last["text"] += event["text"]
+            else:
+                joined.append(dict(event))
+        if joined:
+            yield joined
+
+
+class NodeAgent:
+    """One node's isolation pool, serving one kernel's jobs (a Ray actor; see the module).
+
+    Example:
+        >>> agent = ray.remote(NodeAgent).options(name=..., scheduling_strategy=...).remote()  # doctest: +SKIP
+        >>> ray.get(agent.describe.remote())["hostname"]                                      # doctest: +SKIP
+        'worker-3'
+    """
+
+    def __init__(self) -> None:
+        self.pool = WorkerPool(idle_timeout=AGENT_IDLE_TIMEOUT_S)
+        self._runs: dict[str, _RelayedRun] = {}
+        self._cancelled: set[str] = set()
+        self._lock = threading.Lock()
+
+    def describe(self) -> dict[str, Any]:
+        """Where the agent is: node id, IP, hostname, pid, and its templates' state."""
+        import ray
+
+        return {
+            "node_id": ray.get_runtime_context().get_node_id(),
+            "ip": ray.util.get_node_ip_address(),
+            "hostname": socket.gethostname(),
+            "agent_pid": os.getpid(),
+            "templates": self.pool.template_states(),
+            "running": self.pool.running(),
+        }
+
+    def warm(self, preload: list[str], overrides: dict[str, str]) -> None:
+        """Start the template for the kernel's frameworks now, before the first job asks.
+
+        Never raises: the kernel does not wait for it, and Ray would print an uncollected
+        error (a pool already shut down, a failed start) into the user's cell.
+        """
+        try:
+            self.pool.prestart(WorkerSpec(tuple(preload), _node_environment(overrides)))
+        except Exception:  # the first job starts it again and reports what fails
+            logger.info("kerasmagic: warming the node's template failed", exc_info=True)
+
+    def run(self, job_id: str, request: dict[str, Any]) -> Iterator[list[dict[str, Any]]]:
+        """Run one job in a fork of this node's template; yield its events in batches.
+
+        The last batch ends with ``{"kind": "final", ...}``: the job's report, its error
+        (pickled, without its report) and the files its values live in.
+        """
+
+        directory = make_job_directory()
+        try:
+            run = self._prepare(request, directory)
+        except BaseException:
+            shutil.rmtree(directory, ignore_errors=True)  # an input that did not arrive, a version mismatch
+            raise
+        with self._lock:
+            if job_id in self._cancelled:
+                shutil.rmtree(directory, ignore_errors=True)
+                return
+            self._runs[job_id] = run
+        events = run.events
+
+        def drive_here() -> None:
+            try:
+                drive([run], pool=self.pool)
+            except BaseException as exc:  # reported to the kernel as the job's error
+                logger.exception("kerasmagic: the agent could not run job %s", job_id)
+                run.error = run.error or exc
+            finally:
+                events.put(_OVER)
+
+        driver = threading.Thread(target=drive_here, name=f"kerasmagic-agent-job-{job_id}", daemon=True)
+        driver.start()
+        try:
+            yield from _batched(events)
+        finally:
+            driver.join()
+            with self._lock:
+                self._runs.pop(job_id, None)
+                self._cancelled.discard(job_id)
+        error = run.error
+        if error is not None:
+            # The report travels on its own, below. Our errors carry `result`; any other
+            # exception gets the attribute here, which no exception class declares.
+            error.result = None  # type: ignore[attr-defined]
+        yield [{
+            "kind": "final",
+            "result": pickle.dumps(run.result, protocol=5),
+            "error": _pickled_error(error),
+            "final": run.final_message,
+            "files": run.returned_files,
+            "agent": self.describe(),
+        }]
+
+    def _prepare(self, request: dict[str, Any], directory: str) -> _RelayedRun:
+        """The job's files written here, its paths rebased, its environment made: a run to drive."""
+        import ray
+
+        moves = {}
+        for kernel_folder, files_ref in request["folders"]:
+            write_files(ray.get(files_ref), directory)
+            moves[kernel_folder] = directory
+        fields = dict(request["job"])
+        fields["call"], fields["inputs"] = rebase_job(fields.get("call"), fields.get("inputs") or {}, moves)
+        job = _NodeJob(directory=directory, **fields)
+        job.kernel_cwd = request.get("cwd")
+        job.kernel_sys_path = tuple(request.get("sys_path") or ())
+        overrides = dict(request["overrides"])
+        if request.get("gpu_ids") is not None:
+            # The GPUs Ray gave the relay task are the job's: the child sees those and no other.
+            overrides["CUDA_VISIBLE_DEVICES"] = ",".join(request["gpu_ids"])
+        if "OMP_NUM_THREADS" not in overrides:
+            # What Ray gives any task: OpenMP pools sized to the CPUs the job holds, not to the node.
+            overrides["OMP_NUM_THREADS"] = str(max(1, int(request.get("num_cpus") or 1)))
+        spec = WorkerSpec(tuple(request["preload"]), _node_environment(overrides))
+        return _RelayedRun(job, spec, IsolatedResult(request["label"]), timeout=request["timeout"],
+                           forward_output=True, events=queue.Queue())
+
+    def cancel(self, job_id: str) -> bool:
+        """End the job now (timeout or Ctrl-C in the kernel): its process group is killed."""
+        with self._lock:
+            run = self._runs.get(job_id)
+            if run is None:
+                self._cancelled.add(job_id)  # it may not have arrived yet
+                return False
+        run.cancel_now()
+        return True
+
+    def shutdown(self) -> None:
+        """Kill the node's templates and jobs and remove this agent's files (the kernel is leaving)."""
+        self.pool.shutdown()
+        release_owner_locks()
+
+
+def _pickled_error(error: BaseException | None) -> bytes | None:
+    if error is None:
+        return None
+    try:
+        return pickle.dumps(error, protocol=5)
+    except Exception:  # noqa: BLE001 - an exception that cannot travel still says what it was
+        return pickle.dumps(RuntimeError(f"{type(error).__name__}: {error}"), protocol=5)
+
+
+def relay_job(session: str, job_id: str, request: dict[str, Any]) -> Iterator[list[dict[str, Any]]]:
+    """A Ray task: run the job on this node's agent and stream its events (see the module).
+
+    Its first batch says where it runs; the object refs of the job's folders travel inside
+    the request, so they are fetched by the agent on this node, once.
+    """
+    import ray
+
+    context = ray.get_runtime_context()
+    node_id = context.get_node_id()
+    yield [{"kind": "placed", "node_id": node_id, "gpu_ids": [str(g) for g in ray.get_gpu_ids()]}]
+    try:
+        agent = ray.get_actor(agent_name(session, node_id), namespace=NAMESPACE)
+    except ValueError:
+        yield [{"kind": "no_agent", "node_id": node_id}]
+        return
+    request = dict(request)
+    # As for any Ray task: the job sees the GPUs Ray gave it, and none when it asked for none
+    # (an unasked-for GPU would be used behind Ray's accounting).
+    request["gpu_ids"] = [str(g) for g in ray.get_gpu_ids()]
+    events = agent.run.remote(job_id, request)
+    try:
+        for ref in events:
+            yield ray.get(ref)
+    except BaseException:
+        # Cancelled by the kernel (its timeout, Ctrl-C) or failing: the job must not run on.
+        agent.cancel.remote(job_id)
+        raise

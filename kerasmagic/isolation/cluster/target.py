@@ -1,0 +1,216 @@
+"""What ``on="ray"`` means: which cluster, which resources per job, and connecting to it.
+
+The cluster is the one the user chose: the one this process is already connected to
+(``ray.init(...)`` done), else ``address=`` (``--address``), else ``RAY_ADDRESS``. No
+cluster is ever started behind the user's back; ``on="ray-local"`` starts a local one for
+trying things out, and says so.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import IsolationUsageError
+
+INSTALL_HINT = "install it with `pip install 'kerasmagic[ray]'` (or `pip install ray`) in this environment"
+RAY_CLIENT_REFUSAL = (
+    "on='ray' needs this notebook to be a driver inside the cluster, and a Ray Client address (ray://...) is not "
+    "one: Ray Client cannot stream a job's output back (streaming generators). Run the notebook on the head node "
+    "or in a pod of the cluster and connect with the GCS address (ray.init(address='HEAD:6379') or "
+    "RAY_ADDRESS=HEAD:6379); see docs/scale-out.md")
+#: How long a cluster address may take to answer before we say it cannot be reached.
+REACH_TIMEOUT_S = 5.0
+
+
+@dataclass(frozen=True)
+class OnRay:
+    """Where and with what an isolated job runs on a Ray cluster (``on=OnRay(...)``).
+
+    ``on="ray"`` is ``OnRay()``: one CPU per job, no GPU, wherever Ray places it.
+    ``num_gpus`` GPUs are given by Ray and become the job's ``CUDA_VISIBLE_DEVICES``;
+    ``memory`` (bytes) is Ray's logical memory resource; ``node`` pins jobs to one node
+    (its node id, or its IP address).
+
+    Example:
+        >>> OnRay(num_gpus=1).task_options()
+        {'num_cpus': 1.0, 'num_gpus': 1.0}
+        >>> OnRay(num_cpus=0.5, memory=2 << 30).task_options()["memory"]
+        2147483648
+    """
+
+    address: str | None = None
+    num_cpus: float = 1.0
+    num_gpus: float = 0.0
+    memory: int | None = None
+    node: str | None = None
+    local: bool = False
+    extra: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    def __post_init__(self) -> None:
+        for name in ("num_cpus", "num_gpus"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+                raise IsolationUsageError(f"{name} is a number of {name[4:].upper()}s per job (0, 0.5, 1, 2...), "
+                                          f"got {value!r}")
+            object.__setattr__(self, name, float(value))
+        if self.memory is not None and (isinstance(self.memory, bool) or not isinstance(self.memory, int)
+                                        or self.memory <= 0):
+            raise IsolationUsageError(f"memory is Ray's memory resource per job in bytes (e.g. 2 << 30 for 2 GiB), "
+                                      f"got {self.memory!r}")
+        for name in ("address", "node"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, str) or not value.strip()):
+                raise IsolationUsageError(f"{name} takes a string, got {value!r}")
+
+    def task_options(self) -> dict[str, Any]:
+        """The relay task's resources: what Ray reserves for the job while it runs."""
+        options: dict[str, Any] = {"num_cpus": self.num_cpus, "num_gpus": self.num_gpus}
+        if self.memory is not None:
+            options["memory"] = self.memory
+        options.update(self.extra)
+        return options
+
+
+def resolve_on(on: Any, address: str | None = None) -> OnRay | None:
+    """``None`` for a local job; the :class:`OnRay` that ``on`` (and ``address``) describe.
+
+    Example:
+        >>> resolve_on(None), resolve_on("local")
+        (None, None)
+        >>> resolve_on("ray", address="10.0.0.5:6379").address
+        '10.0.0.5:6379'
+        >>> resolve_on("cloud")
+        Traceback (most recent call last):
+        ...
+        kerasmagic.isolation.errors.IsolationUsageError: on= takes 'local', 'ray', 'ray-local' or
+        kerasmagic.OnRay(...), got 'cloud'
+    """
+    if on is None or on == "local":
+        if address is not None:
+            raise IsolationUsageError("address= is the Ray cluster to run on: use it with on='ray'")
+        return None
+    if isinstance(on, OnRay):
+        target = on
+    elif on == "ray":
+        target = OnRay()
+    elif on == "ray-local":
+        target = OnRay(local=True)
+    else:
+        raise IsolationUsageError(f"on= takes 'local', 'ray', 'ray-local' or kerasmagic.OnRay(...), got {on!r}")
+    if address is not None:
+        if target.local:
+            raise IsolationUsageError("on='ray-local' starts a cluster here; address= connects to one: use one of them")
+        target = OnRay(address=address, num_cpus=target.num_cpus, num_gpus=target.num_gpus, memory=target.memory,
+                       node=target.node, extra=target.extra)
+    return target
+
+
+def import_ray() -> Any:
+    """Ray, or a usage error that says how to install it."""
+    try:
+        import ray
+    except ImportError:
+        raise IsolationUsageError(f"on='ray' runs jobs on a Ray cluster, and Ray is not installed: {INSTALL_HINT}") \
+            from None
+    return ray
+
+
+def _host_port(address: str) -> tuple[str, int] | None:
+    """Host and port of a GCS (``host:6379``) or client (``ray://host:10001``) address."""
+    bare = address.split("://", 1)[-1].rstrip("/")
+    host, _, port = bare.rpartition(":")
+    if not host or not port.isdigit():
+        return None
+    return host.strip("[]"), int(port)
+
+
+def check_reachable(address: str, timeout: float = REACH_TIMEOUT_S) -> None:
+    """Fail in seconds, naming the address, when nothing answers there (``ray.init`` would wait a minute).
+
+    Example:
+        >>> check_reachable("127.0.0.1:9", timeout=1)
+        Traceback (most recent call last):
+        ...
+        kerasmagic.isolation.errors.IsolationUsageError: no Ray cluster answers at 127.0.0.1:9
+        (ConnectionRefusedError within 1 s); start one there (`ray start --head`), check the address
+        (`ray status` on the head node prints it), or use on='ray-local' to try it on this machine
+    """
+    where = _host_port(address)
+    if where is None:
+        return  # "auto", "local" and the like: Ray looks them up itself, quickly
+    try:
+        with socket.create_connection(where, timeout=timeout):
+            return
+    except OSError as exc:
+        raise IsolationUsageError(
+            f"no Ray cluster answers at {address} ({type(exc).__name__} within {timeout:g} s); start one there "
+            "(`ray start --head`), check the address (`ray status` on the head node prints it), or use "
+            "on='ray-local' to try it on this machine") from None
+
+
+def connect(target: OnRay) -> str:
+    """Make sure this process is connected to the target's cluster; a note for the report.
+
+    Raises:
+        IsolationUsageError: Ray missing, no cluster chosen, or none answering there.
+    """
+    ray = import_ray()
+    client = getattr(getattr(ray.util, "client", None), "ray", None)
+    if (target.address or os.environ.get("RAY_ADDRESS") or "").startswith("ray://") or (
+            client is not None and ray.is_initialized() and client.is_connected()):
+        raise IsolationUsageError(RAY_CLIENT_REFUSAL)
+    if ray.is_initialized():
+        wanted = target.address
+        if wanted and wanted not in ("auto",) and not _same_cluster(ray, wanted):
+            raise IsolationUsageError(
+                f"this process is already connected to a Ray cluster, not to {wanted}: call ray.shutdown() first "
+                "to use another one, or leave address= out to use the connected one")
+        return ""
+    if target.local:
+        cpus = max(1, os.cpu_count() or 1)
+        # address="local": a new cluster, never one another process started on this machine.
+        ray.init(address="local", num_cpus=cpus, include_dashboard=False, log_to_driver=False,
+                 logging_level="ERROR")
+        return (f"started a local Ray cluster on this machine ({cpus} CPUs) because on='ray-local' asked for it; "
+                "it ends with this process (ray.shutdown() ends it now)")
+    address = target.address or os.environ.get("RAY_ADDRESS")
+    if not address:
+        raise IsolationUsageError(
+            "on='ray' runs on the Ray cluster you choose, and none is chosen: call ray.init(address=...) first, "
+            "set RAY_ADDRESS, or pass address= (--address in the magic); on='ray-local' starts a local one to try it")
+    check_reachable(address)
+    try:
+        ray.init(address=address, log_to_driver=False, logging_level="ERROR")
+    except (ConnectionError, RuntimeError, ValueError) as exc:
+        raise IsolationUsageError(f"could not connect to the Ray cluster at {address}: {exc}. Check the address "
+                                  "and that this machine's Ray and Python match the cluster's") from None
+    return ""
+
+
+def _same_cluster(ray: Any, address: str) -> bool:
+    try:
+        current = ray.get_runtime_context().gcs_address
+    except Exception:  # noqa: BLE001 - a client connection has no GCS address to compare
+        return True
+    wanted = _host_port(address)
+    have = _host_port(current or "")
+    if wanted is None or have is None:
+        return True
+    same_host = wanted[0] == have[0] or {wanted[0], have[0]} <= {"127.0.0.1", "localhost", _own_ip()}
+    return same_host and wanted[1] == have[1]
+
+
+def _own_ip() -> str:
+    try:
+        return socket.gethostbyname(socket.gethostname())
+    except OSError:
+        return "127.0.0.1"
+
+
+def ray_is_imported() -> bool:
+    """Whether this process has imported Ray (``import kerasmagic`` never does)."""
+    return "ray" in sys.modules

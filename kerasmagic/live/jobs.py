@@ -1,0 +1,196 @@
+"""Isolated jobs for the sidebar: the kernel's ``isolated_*`` events as small protocol messages.
+
+``run_isolated()``, ``isolated_map()`` and ``%%fresh_model --isolate`` publish
+``isolated_started``, ``isolated_sample`` (the job process's memory sample, about 4 a second)
+and ``isolated_done`` (the whole ``IsolatedResult.to_dict()``) through :mod:`kerasmagic.events`.
+:class:`IsolatedJobs` folds them into the protocol's ``isolated_started`` /
+``isolated_sample`` / ``isolated_done`` messages (docs/protocol.md): per job only what the
+panel shows, samples at most one per :data:`SAMPLE_MIN_GAP_S` per job, and it keeps the
+running jobs and the last :data:`KEEP_FINISHED` finished ones for a sidebar that attaches
+later (the ``isolated_jobs`` message).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict, deque
+from collections.abc import Callable
+from typing import Any
+
+from ..probes.sample import gpu_device_values, keep_largest
+from .protocol import shorten
+
+__all__ = ["IsolatedJobs", "KINDS", "KEEP_FINISHED", "SAMPLE_MIN_GAP_S"]
+
+#: The events this module turns into messages.
+KINDS = ("isolated_started", "isolated_sample", "isolated_done")
+#: Finished jobs kept for a sidebar that attaches (or reloads) later.
+KEEP_FINISHED = 20
+#: At most one ``isolated_sample`` message per job this often (the worker samples at 4 Hz).
+SAMPLE_MIN_GAP_S = 0.5
+#: Running jobs tracked at most; a job whose ``isolated_done`` never came is dropped first.
+RUNNING_LIMIT = 256
+#: A failed job's error text is cut to this many characters (plus a length note).
+ERROR_LIMIT = 200
+
+
+def _number(value: Any) -> float | int | None:
+    """A byte count or time as a JSON number, or None (unavailable objects, bools, junk)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return value if value == value and abs(value) != float("inf") else None
+
+
+def _node(node: Any) -> dict[str, str] | None:
+    """``{"ip", "hostname"}`` of a Ray node, None on this machine (``None`` or ``{}``)."""
+    if not isinstance(node, dict) or not node:
+        return None
+    return {"ip": str(node.get("ip") or ""), "hostname": str(node.get("hostname") or "")}
+
+
+def _gpu_total(peaks: dict[str, Any]) -> int | float | None:
+    """GPU bytes summed over devices (each device's own peak), None when no device had a number."""
+    values = [v for v in peaks.values() if _number(v) is not None]
+    return sum(values) if values else None
+
+
+class _Running:
+    __slots__ = ("job", "gpu_peaks", "last_sent")
+
+    def __init__(self, job: dict[str, Any]) -> None:
+        self.job = job
+        self.gpu_peaks: dict[str, Any] = {}
+        self.last_sent: float | None = None
+
+
+class IsolatedJobs:
+    """The isolated jobs this kernel ran, as the sidebar sees them; thread-safe.
+
+    Example:
+        >>> jobs = IsolatedJobs()
+        >>> jobs.on_event("isolated_started", {"job_id": "j1", "label": "fold", "on": "local",
+        ...                                    "node": None, "ts": 100.0})["job"]["status"]
+        'running'
+        >>> jobs.on_event("isolated_sample", {"job_id": "j1", "rss_bytes": 5, "ts": 100.1})["rss_peak_bytes"]
+        5
+        >>> jobs.on_event("isolated_sample", {"job_id": "j1", "rss_bytes": 7, "ts": 100.2}) is None  # throttled
+        True
+        >>> done = jobs.on_event("isolated_done", {"job_id": "j1", "label": "fold", "status": "error",
+        ...                                        "error": "ValueError: bad", "wall_s": 1.5, "on": "local",
+        ...                                        "node": {}, "child_rss_peak_bytes": 9,
+        ...                                        "child_gpu_process_peak_bytes": {}})
+        >>> done["job"]["status"], done["job"]["rss_peak_bytes"], done["job"]["error"]
+        ('error', 9, 'ValueError: bad')
+        >>> [job["job_id"] for job in jobs.snapshot()["jobs"]]
+        ['j1']
+    """
+
+    def __init__(self, keep: int = KEEP_FINISHED, min_gap_s: float = SAMPLE_MIN_GAP_S,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.min_gap_s = min_gap_s
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._running: OrderedDict[str, _Running] = OrderedDict()
+        self._finished: deque[dict[str, Any]] = deque(maxlen=keep)
+
+    def on_event(self, kind: str, payload: Any) -> dict[str, Any] | None:
+        """The message to send for one event, or None (throttled, unknown job, not a job event)."""
+        if not isinstance(payload, dict) or not isinstance(payload.get("job_id"), str):
+            return None
+        with self._lock:
+            if kind == "isolated_started":
+                return self._started(payload)
+            if kind == "isolated_sample":
+                return self._sample(payload)
+            if kind == "isolated_done":
+                return self._done(payload)
+        return None
+
+    def snapshot(self) -> dict[str, Any]:
+        """The ``isolated_jobs`` message: running jobs (oldest first), then finished (newest first)."""
+        with self._lock:
+            running = [dict(entry.job) for entry in self._running.values()]
+            finished = [dict(job) for job in reversed(self._finished)]
+        return {"method": "isolated_jobs", "ts": time.time(), "jobs": running + finished}
+
+    # ---- events -------------------------------------------------------------------------------
+    def _started(self, payload: dict[str, Any]) -> dict[str, Any]:
+        job_id = payload["job_id"]
+        started_ts = _number(payload.get("ts")) or time.time()
+        job = {
+            "job_id": job_id,
+            "label": str(payload.get("label") or "isolated job"),
+            "status": "running",
+            "on": str(payload.get("on") or "local"),
+            "node": _node(payload.get("node")),
+            "started_ts": started_ts,
+            "wall_s": None,
+            "rss_peak_bytes": None,
+            "gpu_peak_bytes": None,
+        }
+        self._running.pop(job_id, None)
+        self._running[job_id] = _Running(job)
+        while len(self._running) > RUNNING_LIMIT:
+            self._running.popitem(last=False)
+        return {"method": "isolated_started", "ts": time.time(), "job": dict(job)}
+
+    def _sample(self, payload: dict[str, Any]) -> dict[str, Any] | None:
+        entry = self._running.get(payload["job_id"])
+        if entry is None:
+            return None  # not started here (a kernel that loaded kerasmagic mid-job), or over
+        job = entry.job
+        rss = _number(payload.get("rss_bytes"))
+        if rss is not None:
+            job["rss_peak_bytes"] = max(job["rss_peak_bytes"] or 0, rss)
+        keep_largest(entry.gpu_peaks, gpu_device_values(payload.get("gpu"), "process_used_bytes"))
+        job["gpu_peak_bytes"] = _gpu_total(entry.gpu_peaks)
+        if job["node"] is None and payload.get("node"):
+            job["node"] = _node(payload.get("node"))
+        now = self._clock()
+        if entry.last_sent is not None and now - entry.last_sent < self.min_gap_s:
+            return None  # the peaks are kept: the next message (or done) carries them
+        entry.last_sent = now
+        return {
+            "method": "isolated_sample",
+            "ts": _number(payload.get("ts")) or time.time(),
+            "job_id": job["job_id"],
+            "rss_bytes": rss,
+            "rss_peak_bytes": job["rss_peak_bytes"],
+            "gpu_peak_bytes": job["gpu_peak_bytes"],
+        }
+
+    def _done(self, payload: dict[str, Any]) -> dict[str, Any]:
+        job_id = payload["job_id"]
+        entry = self._running.pop(job_id, None)
+        seen = entry.job if entry is not None else {}
+        now = time.time()
+        wall_s = _number(payload.get("wall_s"))
+        started_ts = seen.get("started_ts")
+        if started_ts is None:
+            started_ts = now - (wall_s or 0.0)
+        rss_peak = _number(payload.get("child_rss_peak_bytes"))
+        if rss_peak is None:
+            rss_peak = seen.get("rss_peak_bytes")
+        gpu = payload.get("child_gpu_process_peak_bytes")
+        gpu_peak = _gpu_total(gpu) if isinstance(gpu, dict) else None
+        if gpu_peak is None:
+            gpu_peak = seen.get("gpu_peak_bytes")
+        status = str(payload.get("status") or "ok")
+        job = {
+            "job_id": job_id,
+            "label": str(payload.get("label") or seen.get("label") or "isolated job"),
+            "status": status,
+            "on": str(payload.get("on") or seen.get("on") or "local"),
+            "node": _node(payload.get("node")) or seen.get("node"),
+            "started_ts": started_ts,
+            "wall_s": wall_s if wall_s is not None else max(0.0, now - started_ts),
+            "rss_peak_bytes": rss_peak,
+            "gpu_peak_bytes": gpu_peak,
+        }
+        error = payload.get("error")
+        if status != "ok" and isinstance(error, str) and error:
+            # "ExcType: message": its first line says what happened; the report has the rest.
+            job["error"] = shorten((error.strip().splitlines() or [error])[0], ERROR_LIMIT)
+        self._finished.append(job)
+        return {"method": "isolated_done", "ts": now, "job": dict(job)}

@@ -1,0 +1,124 @@
+"""One memory sample: RSS, TensorFlow's allocator and NVML, in the shape docs/protocol.md gives.
+
+The live sampler (the sidebar's ``sample`` message) and an isolated worker (its ``sample``
+messages and its final sample) both take theirs here, and what reads a sample (the
+runner's peaks, the clean's TF totals, the in-kernel view) reads it with the helpers below.
+Nothing is imported or started: TensorFlow is read only once it is imported and running,
+NVML is started on the first read of ``gpu``.
+
+The shape: ``{"ts", "rss_bytes", "tf", "gpu"}`` where ``tf`` is
+``{"status": "running", "devices": {"CPU:0": {"in_use_bytes", "peak_bytes",
+"held_unused_min_bytes"}}}`` and ``gpu`` NVML's list of devices, either one an unavailable
+object instead where there is none.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from . import nvml, process
+from . import tensorflow as tf_probe
+from .availability import Unavailable, guarded, to_jsonable
+
+__all__ = ['allocator_total', 'gpu_device_values', 'gpu_part', 'keep_largest', 'memory_sample', 'tf_device_values',
+           'tf_part']
+
+#: ``gpu`` of a sample taken with ``gpu=False``.
+_GPU_NOT_READ = Unavailable("not_imported", "no GPU framework (TensorFlow, torch, JAX) is imported in this process")
+
+
+def tf_part() -> dict[str, Any] | Unavailable:
+    """A sample's ``tf``: TensorFlow's allocator per device, or why there are no numbers.
+
+    Example:
+        >>> tf_part()   # before `import tensorflow`
+        Unavailable(reason='not_imported', detail='TensorFlow is not imported in this process')
+    """
+    stats = tf_probe.allocator_stats()
+    if isinstance(stats, Unavailable):
+        return stats
+    return {"status": "running", "devices": stats}
+
+
+def gpu_part() -> list[dict[str, Any] | Unavailable] | Unavailable:
+    """A sample's ``gpu``: NVML's devices (this process's use included), or why there are none."""
+    return nvml.devices()
+
+
+def memory_sample(*, gpu: bool = True) -> dict[str, Any]:
+    """One JSON-able sample of this process; never raises (a failing probe is unavailable).
+
+    ``gpu=False`` leaves NVML alone (``gpu`` is then ``not_imported``): an isolated job that
+    imported no GPU framework does not pay for starting it.
+
+    Example:
+        >>> sample = memory_sample()
+        >>> sorted(sample), sample["rss_bytes"] > 0, sample["tf"]["reason"]
+        (['gpu', 'rss_bytes', 'tf', 'ts'], True, 'not_imported')
+    """
+    return to_jsonable({
+        "ts": time.time(),
+        "rss_bytes": guarded(process.rss_bytes, "reading RSS"),
+        "tf": guarded(tf_part, "reading TF allocator statistics"),
+        "gpu": guarded(gpu_part, "reading NVML") if gpu else _GPU_NOT_READ,
+    })
+
+
+def _is_count(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def tf_device_values(tf: Any, key: str) -> dict[str, Any]:
+    """``{device: number}`` of one allocator figure (``in_use_bytes``, ``peak_bytes``,
+    ``held_unused_min_bytes``) from a sample's ``tf``; devices without the number are left out.
+
+    Example:
+        >>> tf = {"status": "running", "devices": {"CPU:0": {"peak_bytes": 7}, "GPU:0": {"peak_bytes": 9}}}
+        >>> tf_device_values(tf, "peak_bytes"), tf_device_values(Unavailable("not_imported"), "peak_bytes")
+        ({'CPU:0': 7, 'GPU:0': 9}, {})
+    """
+    devices = tf.get("devices") if isinstance(tf, dict) else None
+    if not isinstance(devices, dict):
+        return {}
+    return {name: stats[key] for name, stats in devices.items()
+            if isinstance(stats, dict) and _is_count(stats.get(key))}
+
+
+def allocator_total(tf: Any, key: str = "in_use_bytes", *, gpu: bool | None = None) -> Any:
+    """TensorFlow's allocator bytes (``key``) summed over devices: all of them, only GPUs
+    (``gpu=True``) or only the others (``gpu=False``); None when no such device has the number.
+
+    Example:
+        >>> tf = {"status": "running", "devices": {"CPU:0": {"in_use_bytes": 5}, "GPU:0": {"in_use_bytes": 2}}}
+        >>> allocator_total(tf), allocator_total(tf, gpu=True), allocator_total(tf_part())
+        (7, 2, None)
+    """
+    values = [value for name, value in tf_device_values(tf, key).items() if gpu is None or ("GPU" in name) == gpu]
+    return sum(values) if values else None
+
+
+def gpu_device_values(gpu: Any, key: str = "process_used_bytes") -> dict[str, Any]:
+    """``{"GPU:<index>": number}`` of one NVML figure from a sample's ``gpu``.
+
+    Example:
+        >>> gpu_device_values([{"index": 0, "process_used_bytes": 512}, {"status": "unavailable"}])
+        {'GPU:0': 512}
+    """
+    if not isinstance(gpu, list):
+        return {}
+    return {f"GPU:{device['index']}": device[key] for device in gpu
+            if isinstance(device, dict) and "index" in device and _is_count(device.get(key))}
+
+
+def keep_largest(peaks: dict[str, Any], values: dict[str, Any]) -> None:
+    """Fold ``values`` into ``peaks``: per key, the largest number seen so far.
+
+    Example:
+        >>> peaks = {"CPU:0": 10}
+        >>> keep_largest(peaks, {"CPU:0": 4, "GPU:0": 8}); peaks
+        {'CPU:0': 10, 'GPU:0': 8}
+    """
+    for key, value in values.items():
+        known = peaks.get(key)
+        peaks[key] = max(value, known) if _is_count(known) else value

@@ -1,0 +1,142 @@
+/**
+ * The leak watch's wording and parsing (cells.ts), on the shared fixture the Python side
+ * validates too.
+ */
+import { readFixture } from './fixtures';
+
+import {
+  cellLabel,
+  detailsText,
+  fixParts,
+  fixText,
+  flaggedCells,
+  growthSentence,
+  IWording,
+  signedBytes,
+  titleText
+} from '../cells';
+import { ICellGrowth, ICellSummary, validate } from '../protocol';
+
+/** What nullTranslator does: %1, %2 … replaced in order. */
+const trans: IWording = {
+  __: (msgid: string, ...args: any[]) =>
+    msgid.replace(/%(\d+)/g, (_, n) => String(args[Number(n) - 1]))
+};
+
+function fixture(name: string): any {
+  return readFixture(name).data;
+}
+
+const MESSAGE = fixture('cell_growth.json') as ICellGrowth;
+
+function cell(overrides: Partial<ICellSummary>): ICellSummary {
+  return { ...MESSAGE.cells[0], ...overrides };
+}
+
+describe('the cell_growth message', () => {
+  it('is valid, and the fixture has a flagged and a quiet cell', () => {
+    expect(validate(MESSAGE, 'to_frontend').ok).toBe(true);
+    expect(MESSAGE.cells.map(c => c.flagged)).toEqual([true, false]);
+  });
+
+  it('is refused with a bad cell', () => {
+    const bad = { ...MESSAGE, cells: [{ ...MESSAGE.cells[0], streak: '5' }] };
+    expect(validate(bad, 'to_frontend').ok).toBe(false);
+    const noLast = { ...MESSAGE, cells: [{ ...MESSAGE.cells[1], last: null }] };
+    expect(validate(noLast, 'to_frontend').ok).toBe(false);
+    const badLine = {
+      ...MESSAGE,
+      cells: [{ ...MESSAGE.cells[1], first_line: 3 }]
+    };
+    expect(validate(badLine, 'to_frontend').ok).toBe(false);
+  });
+});
+
+describe('flaggedCells', () => {
+  it('keeps only flagged cells, the largest growth first', () => {
+    const small = cell({ key: 'a', growth_per_run_bytes: 2 * 2 ** 20 });
+    const big = cell({ key: 'b', growth_per_run_bytes: 50 * 2 ** 20 });
+    const quiet = cell({ key: 'c', flagged: false, streak: 1 });
+    const message = { ...MESSAGE, cells: [small, quiet, big] };
+    expect(flaggedCells(message).map(c => c.key)).toEqual(['b', 'a']);
+    expect(flaggedCells(null)).toEqual([]);
+  });
+});
+
+describe('wording', () => {
+  it('says which cell grows by how much per run, as the issue words it', () => {
+    expect(growthSentence(MESSAGE.cells[0], trans)).toBe(
+      'cell [12] grows 9.60 MiB per run (5 runs)'
+    );
+    expect(
+      growthSentence(
+        cell({ execution_count: 3, growth_per_run_bytes: 2101248, streak: 3 }),
+        trans
+      )
+    ).toBe('cell [3] grows 2.00 MiB per run (3 runs)');
+    expect(cellLabel(null)).toBe('cell [?]');
+  });
+
+  it('gives the fix for each kind of growth', () => {
+    expect(fixText('fresh_model', trans)).toBe(
+      "Fix: start the cell with %%fresh_model, which frees the previous run's models and dead TensorFlow graphs before it runs."
+    );
+    expect(fixText('isolate', trans)).toContain(
+      'Fix: %%fresh_model --isolate runs the cell in a new process'
+    );
+    expect(fixParts('isolate', trans)?.code).toBe('%%fresh_model --isolate');
+    expect(fixText('keep_models', trans)).toBe(
+      'Fix: each run keeps one more Keras model alive (a list of models or of History objects holds them): keep only what you need from each, e.g. history.history, then %%fresh_model frees the rest.'
+    );
+    expect(fixText(null, trans)).toBe('');
+    expect(fixParts('something newer', trans)).toBeNull();
+  });
+
+  it('details what grew per run, leaving out what has no number', () => {
+    expect(detailsText(MESSAGE.cells[0].per_run, trans)).toBe(
+      'RSS +9.60 MiB · TF in use +1.50 MiB · +2 CustomGradient entries'
+    );
+    expect(
+      detailsText(
+        {
+          rss_bytes: -524288,
+          tf_in_use_bytes: 0,
+          gpu_bytes: 3 * 2 ** 30,
+          custom_gradient_entries: 0.5,
+          live_models: 1
+        },
+        trans
+      )
+    ).toBe(
+      'RSS −512 KiB · TF in use ±0 B · GPU (this kernel) +3.00 GiB · +0.5 CustomGradient entries · +1 Keras models'
+    );
+    expect(detailsText(null, trans)).toBe('');
+    expect(signedBytes(0)).toBe('±0 B');
+  });
+
+  it('titles the section, one quiet line when nothing is flagged', () => {
+    expect(titleText(MESSAGE, true, '1.2.0', trans)).toBe(
+      'Leak watch · 1 cell grows from run to run'
+    );
+    const two = {
+      ...MESSAGE,
+      cells: [MESSAGE.cells[0], cell({ key: 'x' })]
+    };
+    expect(titleText(two, true, '1.2.0', trans)).toBe(
+      'Leak watch · 2 cells grow from run to run'
+    );
+    const none = { ...MESSAGE, cells: [MESSAGE.cells[1]] };
+    expect(titleText(none, true, '1.2.0', trans)).toBe(
+      'Leak watch: no cell grows from run to run (9 cells watched)'
+    );
+    expect(
+      titleText(fixture('cell_growth_empty.json'), true, '1.2.0', trans)
+    ).toBe('Leak watch: no cell has run since %load_ext kerasmagic');
+    expect(titleText(null, false, '1.1.0', trans)).toBe(
+      "Leak watch: this kernel's kerasmagic is older (protocol 1.1.0) and does not watch cells"
+    );
+    expect(titleText(null, true, '1.2.0', trans)).toBe(
+      'Leak watch: waiting for the kernel'
+    );
+  });
+});

@@ -1,0 +1,93 @@
+import { RingBuffer, SeriesHistory } from '../history';
+import { sparklinePaths } from '../sparkline';
+import { recordFacts, recordSample, SERIES } from '../connection';
+import { readFixture } from './fixtures';
+
+const fixture = (name: string) => readFixture(name).data;
+
+/** The newest point of a series, read as the panel reads it (`points`). */
+const newest = (history: SeriesHistory, series: string) =>
+  history.points(series).slice(-1)[0];
+
+describe('RingBuffer', () => {
+  it('keeps the newest items in order', () => {
+    const ring = new RingBuffer<number>(3);
+    expect(ring.toArray()).toEqual([]);
+    [1, 2, 3, 4, 5].forEach(n => ring.push(n));
+    expect(ring.toArray()).toEqual([3, 4, 5]);
+  });
+
+  it('resizes keeping the newest', () => {
+    const ring = new RingBuffer<number>(5);
+    [1, 2, 3, 4, 5].forEach(n => ring.push(n));
+    ring.resize(2);
+    expect(ring.toArray()).toEqual([4, 5]);
+    ring.resize(4);
+    ring.push(6);
+    expect(ring.toArray()).toEqual([4, 5, 6]);
+  });
+
+  it('refuses a useless capacity', () => {
+    expect(() => new RingBuffer(0)).toThrow(RangeError);
+  });
+});
+
+describe('SeriesHistory', () => {
+  it('sizes itself from minutes and interval', () => {
+    expect(SeriesHistory.capacityFor(5, 1)).toBe(300);
+    expect(SeriesHistory.capacityFor(1, 0.1)).toBe(600);
+  });
+
+  it('records the numbers of a sample and of facts', () => {
+    const history = new SeriesHistory(10);
+    recordSample(history, fixture('sample.json'));
+    expect(newest(history, SERIES.rss)?.value).toBe(734003200);
+    expect(newest(history, SERIES.tfInUse)?.value).toBe(1048576);
+    expect(newest(history, SERIES.tfHeld)?.value).toBe(1048576 + 3145728);
+    expect(newest(history, SERIES.nvmlProcess)?.value).toBeNull(); // no GPU: a gap
+
+    recordSample(history, fixture('sample_gpu.json'));
+    expect(newest(history, SERIES.gpuTfInUse)?.value).toBe(2147483648);
+    expect(newest(history, SERIES.nvmlProcess)?.value).toBe(75000000000);
+    expect(newest(history, SERIES.tfInUse)?.value).toBe(0); // CPU only
+
+    recordSample(history, fixture('sample_tf_not_imported.json'));
+    expect(newest(history, SERIES.tfInUse)?.value).toBeNull();
+
+    recordFacts(history, fixture('facts.json'));
+    expect(newest(history, SERIES.customGradients)?.value).toBe(6);
+    expect(newest(history, SERIES.liveModels)?.value).toBe(1);
+  });
+});
+
+describe('sparklinePaths', () => {
+  it('scales to the box and breaks at gaps', () => {
+    const [runs] = sparklinePaths(
+      [
+        [
+          { ts: 0, value: 0 },
+          { ts: 1, value: 10 },
+          { ts: 2, value: null },
+          { ts: 3, value: 5 },
+          { ts: 4, value: 10 }
+        ]
+      ],
+      { width: 40, height: 12 }
+    );
+    expect(runs).toEqual(['0.0,11.0 10.0,1.0', '30.0,6.0 40.0,1.0']);
+  });
+
+  it('copes with empty and flat series', () => {
+    expect(sparklinePaths([[]], { width: 10, height: 10 })).toEqual([[]]);
+    const [flat] = sparklinePaths(
+      [
+        [
+          { ts: 0, value: 3 },
+          { ts: 1, value: 3 }
+        ]
+      ],
+      { width: 10, height: 10, floor: 0 }
+    );
+    expect(flat).toHaveLength(1);
+  });
+});

@@ -1,0 +1,670 @@
+/**
+ * One sidebar's link to one kernel: opens the `kerasmagic.live` comm, follows restarts,
+ * keeps the history the sparklines draw, and says in a typed state why there is no data.
+ */
+
+import { ISessionContext } from '@jupyterlab/apputils';
+import { Kernel, KernelMessage } from '@jupyterlab/services';
+import { IDisposable } from '@lumino/disposable';
+import { ISignal, Signal } from '@lumino/signaling';
+
+import { SeriesHistory } from './history';
+import { JobTable } from './jobs';
+import {
+  ICellGrowth,
+  IClearResult,
+  IDeviceAllocator,
+  IEvent,
+  IFacts,
+  IHello,
+  ISample,
+  isCompatible,
+  isNumber,
+  isUnavailable,
+  MaybeNumber,
+  minorOf,
+  PROTOCOL_VERSION,
+  TARGET_NAME,
+  validate
+} from './protocol';
+
+/** Why the sidebar shows what it shows; each case has its own empty-state message. */
+export type ConnectionState =
+  | { kind: 'no_kernel' }
+  | { kind: 'connecting' }
+  | { kind: 'not_loaded' }
+  | { kind: 'restarting' }
+  | { kind: 'connected'; hello: IHello }
+  | { kind: 'mismatch'; kernelVersion: string; message: string };
+
+/** Series names the panel draws; bytes unless the name says otherwise. */
+export const SERIES = {
+  rss: 'rss',
+  tfInUse: 'tf_in_use',
+  tfHeld: 'tf_held',
+  gpuTfInUse: 'gpu_tf_in_use',
+  nvmlProcess: 'nvml_process',
+  nvmlUsed: 'nvml_used',
+  customGradients: 'custom_gradient_entries',
+  liveModels: 'live_models_count'
+} as const;
+
+export namespace LiveConnection {
+  export interface IOptions {
+    intervalS: number;
+    historyMinutes: number;
+  }
+}
+
+/** Sum one allocator field over the devices `select` keeps; null when none has a number. */
+export function sumDevices(
+  tf: ISample['tf'],
+  field: keyof IDeviceAllocator,
+  select: (device: string) => boolean
+): number | null {
+  if (isUnavailable(tf)) {
+    return null;
+  }
+  let total: number | null = null;
+  for (const [name, device] of Object.entries(tf.devices)) {
+    const value: MaybeNumber = device[field];
+    if (select(name) && isNumber(value)) {
+      total = (total ?? 0) + value;
+    }
+  }
+  return total;
+}
+
+export const isGpuDevice = (name: string): boolean => /GPU/i.test(name);
+
+/** Sum one NVML field over the devices; null when none has a number. */
+export function sumGpu(
+  gpu: ISample['gpu'],
+  field: 'used_bytes' | 'total_bytes' | 'process_used_bytes'
+): number | null {
+  if (isUnavailable(gpu)) {
+    return null;
+  }
+  let total: number | null = null;
+  for (const device of gpu) {
+    if (!isUnavailable(device) && isNumber(device[field])) {
+      total = (total ?? 0) + (device[field] as number);
+    }
+  }
+  return total;
+}
+
+/** Add one sample's numbers to the history (a null is a gap in the sparkline). */
+export function recordSample(history: SeriesHistory, sample: ISample): void {
+  const ts = sample.ts;
+  history.add(
+    SERIES.rss,
+    ts,
+    isNumber(sample.rss_bytes) ? sample.rss_bytes : null
+  );
+  const cpu = (name: string) => !isGpuDevice(name);
+  const inUse = sumDevices(sample.tf, 'in_use_bytes', cpu);
+  const unused = sumDevices(sample.tf, 'held_unused_min_bytes', cpu);
+  history.add(SERIES.tfInUse, ts, inUse);
+  history.add(SERIES.tfHeld, ts, inUse === null ? null : inUse + (unused ?? 0));
+  history.add(
+    SERIES.gpuTfInUse,
+    ts,
+    sumDevices(sample.tf, 'in_use_bytes', isGpuDevice)
+  );
+  history.add(SERIES.nvmlProcess, ts, sumGpu(sample.gpu, 'process_used_bytes'));
+  history.add(SERIES.nvmlUsed, ts, sumGpu(sample.gpu, 'used_bytes'));
+}
+
+/** Add one facts message's numbers to the history. */
+export function recordFacts(history: SeriesHistory, facts: IFacts): void {
+  const entries = facts.custom_gradient_entries;
+  history.add(
+    SERIES.customGradients,
+    facts.ts,
+    isNumber(entries) ? entries : null
+  );
+  const models = facts.live_models;
+  history.add(
+    SERIES.liveModels,
+    facts.ts,
+    Array.isArray(models) ? models.length : null
+  );
+}
+
+/** The last Clear session of one kernel, as the panel shows it. */
+export interface IClearReport {
+  status: 'pending' | 'ok' | 'failed';
+  /** The kernel's summary (ok, failed) or why no answer came (error). */
+  text: string;
+  /** Set when no answer came from the kernel (disconnected, not connected). */
+  error?: string;
+}
+
+/**
+ * What the sidebar keeps per kernel, so that two notebooks never show each other's data:
+ * the sparklines' history, the last Clear session report and event, and the restart.
+ * A restart replaces the whole record (the kernel id stays the same).
+ */
+interface IKernelRecord {
+  history: SeriesHistory;
+  lastEvent: IEvent | null;
+  clearReport: IClearReport | null;
+  /** The pid the kernel's hello gave; another pid under the same id is a restart. */
+  pid: number | null;
+  /** When this page saw the kernel restart (ms since the epoch), null if it did not. */
+  restartedAt: number | null;
+}
+
+const RESTART_STATUSES = new Set<string>(['restarting', 'autorestarting']);
+
+/**
+ * An idle kernel answers a comm_open in milliseconds (hello, or a close for an unknown
+ * target). One still unanswered after this long, while the kernel is idle, was lost (sent
+ * while the kernel's channels were still coming up): open it again rather than show
+ * "Connecting…" for good. A busy kernel answers after its cell, so it is left alone.
+ */
+const UNANSWERED_OPEN_MS = 10_000;
+
+const GONE_STATUSES = new Set<string>([
+  'restarting',
+  'autorestarting',
+  'dead',
+  'terminating'
+]);
+
+export class LiveConnection implements IDisposable {
+  constructor(options: LiveConnection.IOptions) {
+    this._intervalS = options.intervalS;
+    this._historyMinutes = options.historyMinutes;
+    this._onPageVisibility = () => this._sendVisibility();
+    this._onPageUnload = () => this._closeComm();
+    document.addEventListener('visibilitychange', this._onPageVisibility);
+    // A reloaded page opens a new comm; closing the old one stops its samples at once.
+    window.addEventListener('beforeunload', this._onPageUnload);
+  }
+
+  get state(): ConnectionState {
+    return this._state;
+  }
+
+  get stateChanged(): ISignal<this, ConnectionState> {
+    return this._stateChanged;
+  }
+
+  /** Emitted on every sample, facts, event or clear result. */
+  get changed(): ISignal<this, void> {
+    return this._changed;
+  }
+
+  get history(): SeriesHistory {
+    return this._record().history;
+  }
+
+  get latestSample(): ISample | null {
+    return this._latestSample;
+  }
+
+  get latestFacts(): IFacts | null {
+    return this._latestFacts;
+  }
+
+  /** The last event of the kernel this sidebar follows now. */
+  get lastEvent(): IEvent | null {
+    return this._record().lastEvent;
+  }
+
+  /** The last Clear session of the kernel this sidebar follows now (null: none). */
+  get clearReport(): IClearReport | null {
+    return this._record().clearReport;
+  }
+
+  /** When this kernel restarted (ms since the epoch), null if this page did not see it. */
+  get restartedAt(): number | null {
+    return this._record().restartedAt;
+  }
+
+  /** The isolated jobs of the kernel this sidebar is attached to. */
+  get jobs(): JobTable {
+    return this._jobs;
+  }
+
+  /**
+   * Whether the kernel reports isolated jobs (protocol 1.1 or later); null before `hello`.
+   */
+  get jobsSupported(): boolean | null {
+    if (this._state.kind !== 'connected') {
+      return null;
+    }
+    return (minorOf(this._state.hello.protocol_version) ?? 0) >= 1;
+  }
+
+  /** The kernel's leak watch (protocol 1.2 or later), null before its first `cell_growth`. */
+  get cellGrowth(): ICellGrowth | null {
+    return this._cellGrowth;
+  }
+
+  /** Whether the kernel watches cells (protocol 1.2 or later); null before `hello`. */
+  get cellsSupported(): boolean | null {
+    if (this._state.kind !== 'connected') {
+      return null;
+    }
+    return (minorOf(this._state.hello.protocol_version) ?? 0) >= 2;
+  }
+
+  get kernelName(): string {
+    return this._session?.kernelDisplayName ?? '';
+  }
+
+  /** The sampling interval this sidebar asks for (settings). */
+  get intervalS(): number {
+    return this._intervalS;
+  }
+
+  get isDisposed(): boolean {
+    return this._isDisposed;
+  }
+
+  /** Follow another notebook's kernel (null: no notebook). */
+  setSessionContext(session: ISessionContext | null): void {
+    if (session === this._session) {
+      return;
+    }
+    if (this._session) {
+      this._session.kernelChanged.disconnect(this._onKernelChanged, this);
+      this._session.statusChanged.disconnect(this._onStatus, this);
+    }
+    this._detach();
+    this._session = session;
+    if (session) {
+      session.kernelChanged.connect(this._onKernelChanged, this);
+      session.statusChanged.connect(this._onStatus, this);
+      void session.ready.then(() => {
+        if (this._session === session && this._state.kind === 'no_kernel') {
+          this._attach();
+        }
+      });
+    }
+    this._attach();
+  }
+
+  /** The panel was shown/hidden: with nobody looking the kernel's sampler sleeps. */
+  setVisible(visible: boolean): void {
+    this._panelVisible = visible;
+    this._sendVisibility();
+  }
+
+  /** New settings: the sampling interval (kernel-wide) and how far back sparklines go. */
+  configure(options: LiveConnection.IOptions): void {
+    this._intervalS = options.intervalS;
+    this._historyMinutes = options.historyMinutes;
+    const capacity = SeriesHistory.capacityFor(
+      this._historyMinutes,
+      this._intervalS
+    );
+    this._records.forEach(record => record.history.resize(capacity));
+    if (this._state.kind === 'connected') {
+      this._send({ method: 'configure', interval_s: this._intervalS });
+    }
+    this._changed.emit();
+  }
+
+  /** Ask the kernel to run clear_tf (after a running cell); resolves with its answer. */
+  clear(): Promise<IClearResult> {
+    // The report belongs to this kernel's record: it is shown only while this kernel is
+    // followed, and a restart (a new record) drops it.
+    const record = this._record();
+    const failed = (reason: unknown) => {
+      record.clearReport = {
+        status: 'failed',
+        text: '',
+        error: String(reason)
+      };
+      this._changed.emit();
+    };
+    if (this._state.kind !== 'connected' || !this._comm) {
+      const reason = new Error('not connected');
+      failed(reason);
+      return Promise.reject(reason);
+    }
+    const requestId = `clear-${++this._requestCounter}-${Date.now()}`;
+    record.clearReport = { status: 'pending', text: '' };
+    const answer = new Promise<IClearResult>((resolve, reject) => {
+      this._pendingClears.set(requestId, { resolve, reject });
+      this._send({ method: 'clear', request_id: requestId });
+    });
+    answer.then(result => {
+      record.clearReport = {
+        status: result.ok ? 'ok' : 'failed',
+        text: result.text
+      };
+      this._changed.emit();
+    }, failed);
+    this._changed.emit();
+    return answer;
+  }
+
+  dispose(): void {
+    if (this._isDisposed) {
+      return;
+    }
+    this._isDisposed = true;
+    document.removeEventListener('visibilitychange', this._onPageVisibility);
+    window.removeEventListener('beforeunload', this._onPageUnload);
+    this.setSessionContext(null);
+    Signal.clearData(this);
+  }
+
+  // ---- kernel lifecycle ----------------------------------------------------------------
+
+  private _onKernelChanged(): void {
+    this._detach();
+    this._attach();
+  }
+
+  private _onStatus(session: ISessionContext, status: Kernel.Status): void {
+    if (GONE_STATUSES.has(status)) {
+      if (this._state.kind !== 'restarting') {
+        if (RESTART_STATUSES.has(status)) {
+          this._newRecord(true); // same kernel id, a new process: a new history
+        }
+        this._detach();
+        this._setState({ kind: 'restarting' });
+      }
+    } else if (
+      status === 'idle' &&
+      (this._state.kind === 'restarting' || this._state.kind === 'no_kernel')
+    ) {
+      this._attach();
+    }
+  }
+
+  private _onIopub(
+    kernel: Kernel.IKernelConnection,
+    msg: KernelMessage.IIOPubMessage
+  ): void {
+    // After a cell ran in a kernel without the channel, try again: the cell may have been
+    // `%load_ext kerasmagic`. Keyed on execute_request so our own comm_open's busy/idle
+    // cycle does not loop.
+    if (
+      this._state.kind === 'not_loaded' &&
+      msg.header.msg_type === 'status' &&
+      (msg.content as KernelMessage.IStatusMsg['content']).execution_state ===
+        'idle' &&
+      (msg.parent_header as KernelMessage.IHeader).msg_type ===
+        'execute_request'
+    ) {
+      this._attach();
+    }
+  }
+
+  private _kernelId(): string {
+    return this._session?.session?.kernel?.id ?? '';
+  }
+
+  /** Another pid under the same kernel id is a restart this page did not see. */
+  private _notePid(pid: number): void {
+    const seen = this._record().pid;
+    const record =
+      seen !== null && seen !== pid ? this._newRecord(true) : this._record();
+    record.pid = pid;
+  }
+
+  /** The record of the kernel followed now, created on first use. */
+  private _record(): IKernelRecord {
+    return this._records.get(this._kernelId()) ?? this._newRecord(false);
+  }
+
+  /** A fresh record for the kernel followed now (after a restart: marked so). */
+  private _newRecord(restarted: boolean): IKernelRecord {
+    const kernelId = this._kernelId();
+    const record: IKernelRecord = {
+      history: new SeriesHistory(
+        SeriesHistory.capacityFor(this._historyMinutes, this._intervalS)
+      ),
+      lastEvent: null,
+      clearReport: null,
+      pid: null,
+      restartedAt: restarted ? Date.now() : null
+    };
+    this._records.delete(kernelId);
+    this._records.set(kernelId, record);
+    // Keep the records of the last few kernels (switching back shows the past).
+    if (this._records.size > 8) {
+      const oldest = this._records.keys().next().value as string;
+      this._records.delete(oldest);
+    }
+    return record;
+  }
+
+  private _attach(): void {
+    const kernel = this._session?.session?.kernel ?? null;
+    if (!kernel || GONE_STATUSES.has(kernel.status)) {
+      this._detach();
+      this._setState({ kind: kernel ? 'restarting' : 'no_kernel' });
+      return;
+    }
+    this._closeComm();
+    if (this._kernel !== kernel) {
+      this._kernel?.iopubMessage.disconnect(this._onIopub, this);
+      this._kernel = kernel;
+      kernel.iopubMessage.connect(this._onIopub, this);
+    }
+    this._latestSample = null;
+    this._latestFacts = null;
+    this._cellGrowth = null; // the kernel sends it after hello too
+    this._jobs.clear(); // the kernel sends its list (isolated_jobs) right after hello
+    let comm: Kernel.IComm;
+    try {
+      comm = kernel.createComm(TARGET_NAME);
+    } catch (reason) {
+      console.warn('kerasmagic: cannot open the live comm', reason);
+      this._setState({ kind: 'not_loaded' });
+      return;
+    }
+    this._comm = comm;
+    comm.onMsg = msg => this._onCommMsg(comm, msg);
+    comm.onClose = msg => this._onCommClose(comm, msg);
+    this._setState({ kind: 'connecting' });
+    this._retryIfUnanswered(comm);
+    comm.open(
+      {
+        method: 'open',
+        visible: this._isVisible(),
+        interval_s: this._intervalS
+      },
+      { protocol_version: PROTOCOL_VERSION }
+    );
+  }
+
+  private _retryIfUnanswered(comm: Kernel.IComm): void {
+    window.setTimeout(() => {
+      const kernel = this._kernel;
+      if (this._comm !== comm || this._state.kind !== 'connecting' || !kernel) {
+        return; // answered, closed or replaced meanwhile
+      }
+      if (kernel.status === 'idle') {
+        console.warn(
+          'kerasmagic: the kernel did not answer the live comm; opening it again'
+        );
+        this._attach();
+      } else {
+        this._retryIfUnanswered(comm); // busy: the open waits behind the running cell
+      }
+    }, UNANSWERED_OPEN_MS);
+  }
+
+  private _detach(): void {
+    this._closeComm();
+    this._kernel?.iopubMessage.disconnect(this._onIopub, this);
+    this._kernel = null;
+    this._pendingClears.forEach(pending =>
+      pending.reject(new Error('disconnected'))
+    );
+    this._pendingClears.clear();
+    this._setState({
+      kind: this._session?.session?.kernel ? 'connecting' : 'no_kernel'
+    });
+  }
+
+  private _closeComm(): void {
+    const comm = this._comm;
+    this._comm = null;
+    if (comm && !comm.isDisposed) {
+      try {
+        comm.close();
+      } catch {
+        // The kernel may be gone already (restart, shutdown): nothing to close.
+      }
+    }
+  }
+
+  // ---- messages -------------------------------------------------------------------------
+
+  private _onCommMsg(comm: Kernel.IComm, msg: KernelMessage.ICommMsgMsg): void {
+    if (comm !== this._comm) {
+      return;
+    }
+    const checked = validate(msg.content.data, 'to_frontend');
+    if (!checked.ok) {
+      console.warn(
+        `kerasmagic: ignoring a message from the kernel: ${checked.reason}`
+      );
+      return;
+    }
+    const message = checked.message;
+    switch (message.method) {
+      case 'hello':
+        if (!isCompatible(message.protocol_version)) {
+          this._setState({
+            kind: 'mismatch',
+            kernelVersion: message.protocol_version,
+            message: ''
+          });
+          this._closeComm();
+          return;
+        }
+        this._notePid(message.pid);
+        this._setState({ kind: 'connected', hello: message });
+        if (message.interval_s !== this._intervalS) {
+          this._send({ method: 'configure', interval_s: this._intervalS });
+        }
+        break;
+      case 'sample':
+        this._latestSample = message;
+        recordSample(this.history, message);
+        break;
+      case 'facts':
+        this._latestFacts = message;
+        recordFacts(this.history, message);
+        break;
+      case 'event':
+        this._record().lastEvent = message;
+        break;
+      case 'isolated_started':
+      case 'isolated_sample':
+      case 'isolated_done':
+      case 'isolated_jobs':
+        this._jobs.apply(message, Date.now());
+        break;
+      case 'cell_growth':
+        this._cellGrowth = message;
+        break;
+      case 'clear_result': {
+        const pending = this._pendingClears.get(message.request_id);
+        this._pendingClears.delete(message.request_id);
+        pending?.resolve(message);
+        break;
+      }
+      case 'error':
+        if (message.code === 'protocol_mismatch') {
+          this._setState({
+            kind: 'mismatch',
+            kernelVersion: '',
+            message: message.message
+          });
+        } else {
+          console.warn(
+            `kerasmagic: the kernel answered ${message.code}: ${message.message}`
+          );
+        }
+        break;
+    }
+    this._changed.emit();
+  }
+
+  private _onCommClose(
+    comm: Kernel.IComm,
+    msg: KernelMessage.ICommCloseMsg
+  ): void {
+    if (comm !== this._comm) {
+      return; // we closed it ourselves
+    }
+    this._comm = null;
+    if (this._state.kind === 'mismatch') {
+      return;
+    }
+    // Closed by the kernel before or after hello: target not registered (ipykernel closes
+    // an unknown target at once) or `%unload_ext kerasmagic`. Either way: not loaded.
+    this._setState({ kind: 'not_loaded' });
+  }
+
+  private _send(data: { method: string; [key: string]: unknown }): void {
+    if (this._comm && !this._comm.isDisposed) {
+      this._comm.send(data as any);
+    }
+  }
+
+  private _isVisible(): boolean {
+    return this._panelVisible && document.visibilityState !== 'hidden';
+  }
+
+  private _sendVisibility(): void {
+    const visible = this._isVisible();
+    if (visible === this._sentVisible) {
+      return;
+    }
+    if (this._state.kind === 'connected') {
+      this._sentVisible = visible;
+      this._send({ method: 'visibility', visible });
+    }
+  }
+
+  private _setState(state: ConnectionState): void {
+    const same =
+      state.kind === this._state.kind &&
+      state.kind !== 'connected' &&
+      state.kind !== 'mismatch';
+    this._state = state;
+    if (state.kind === 'connected') {
+      this._sentVisible = this._isVisible();
+    }
+    if (!same) {
+      this._stateChanged.emit(state);
+    }
+  }
+
+  private _session: ISessionContext | null = null;
+  private _kernel: Kernel.IKernelConnection | null = null;
+  private _comm: Kernel.IComm | null = null;
+  private _state: ConnectionState = { kind: 'no_kernel' };
+  private _intervalS: number;
+  private _historyMinutes: number;
+  private _records = new Map<string, IKernelRecord>();
+  private _latestSample: ISample | null = null;
+  private _latestFacts: IFacts | null = null;
+  private _cellGrowth: ICellGrowth | null = null;
+  private _jobs = new JobTable();
+  private _panelVisible = false;
+  private _sentVisible: boolean | null = null;
+  private _requestCounter = 0;
+  private _pendingClears = new Map<
+    string,
+    { resolve: (result: IClearResult) => void; reject: (reason: Error) => void }
+  >();
+  private _isDisposed = false;
+  private _onPageVisibility: () => void;
+  private _onPageUnload: () => void;
+  private _stateChanged = new Signal<this, ConnectionState>(this);
+  private _changed = new Signal<this, void>(this);
+}

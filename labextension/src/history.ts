@@ -1,0 +1,99 @@
+/**
+ * The model behind the sparklines: a fixed-capacity ring buffer per series, so a sidebar
+ * left open for days keeps constant memory.
+ */
+
+/** Oldest-first buffer that forgets its oldest item when full. */
+export class RingBuffer<T> {
+  constructor(capacity: number) {
+    this._capacity = RingBuffer.checkCapacity(capacity);
+    this._items = new Array<T | undefined>(this._capacity);
+  }
+
+  push(item: T): void {
+    const index = (this._start + this._length) % this._capacity;
+    this._items[index] = item;
+    if (this._length < this._capacity) {
+      this._length += 1;
+    } else {
+      this._start = (this._start + 1) % this._capacity;
+    }
+  }
+
+  toArray(): T[] {
+    const out: T[] = [];
+    for (let i = 0; i < this._length; i++) {
+      out.push(this._items[(this._start + i) % this._capacity] as T);
+    }
+    return out;
+  }
+
+  clear(): void {
+    this._items = new Array<T | undefined>(this._capacity);
+    this._start = 0;
+    this._length = 0;
+  }
+
+  /** Change the capacity, keeping the newest items that fit. */
+  resize(capacity: number): void {
+    const kept = this.toArray().slice(-RingBuffer.checkCapacity(capacity));
+    this._capacity = capacity;
+    this.clear();
+    kept.forEach(item => this.push(item));
+  }
+
+  private static checkCapacity(capacity: number): number {
+    if (!Number.isInteger(capacity) || capacity < 1) {
+      throw new RangeError(
+        `capacity must be a positive integer, got ${capacity}`
+      );
+    }
+    return capacity;
+  }
+
+  private _items: Array<T | undefined>;
+  private _capacity: number;
+  private _start = 0;
+  private _length = 0;
+}
+
+/** One point of a series; `value` is null where the probe had no number (a gap). */
+export interface IPoint {
+  ts: number;
+  value: number | null;
+}
+
+/**
+ * Named series sharing one capacity, e.g. `rss`, `tf_in_use`, `tf_held`, `nvml_process`.
+ */
+export class SeriesHistory {
+  constructor(capacity: number) {
+    this._capacity = capacity;
+  }
+
+  /** Points needed to cover `minutes` at one sample per `intervalS` (at least 2). */
+  static capacityFor(minutes: number, intervalS: number): number {
+    return Math.max(2, Math.ceil((minutes * 60) / Math.max(intervalS, 0.01)));
+  }
+
+  add(series: string, ts: number, value: number | null): void {
+    let buffer = this._series.get(series);
+    if (!buffer) {
+      buffer = new RingBuffer<IPoint>(this._capacity);
+      this._series.set(series, buffer);
+    }
+    buffer.push({ ts, value });
+  }
+
+  points(series: string): IPoint[] {
+    return this._series.get(series)?.toArray() ?? [];
+  }
+
+  resize(capacity: number): void {
+    this._capacity = capacity;
+    this._series.forEach(buffer => buffer.resize(capacity));
+  }
+
+  private _capacity: number;
+  private _series = new Map<string, RingBuffer<IPoint>>();
+}

@@ -1,0 +1,112 @@
+import {
+  ILayoutRestorer,
+  JupyterFrontEnd,
+  JupyterFrontEndPlugin
+} from '@jupyterlab/application';
+import { INotebookTracker } from '@jupyterlab/notebook';
+import { ISettingRegistry } from '@jupyterlab/settingregistry';
+import { ITranslator, nullTranslator } from '@jupyterlab/translation';
+import { LabIcon } from '@jupyterlab/ui-components';
+
+// Loaded at once on purpose: the panel takes its place in the right sidebar at activation.
+/* eslint-disable jupyter/prefer-lazy-imports */
+import { showCell } from './cells';
+import { LiveConnection } from './connection';
+import { KerasMagicPanel } from './panel';
+import { MAX_INTERVAL_S, MIN_INTERVAL_S } from './protocol';
+/* eslint-enable jupyter/prefer-lazy-imports */
+
+const PLUGIN_ID = 'kerasmagic:sidebar';
+const PANEL_ID = 'kerasmagic-sidebar';
+
+const ICON_SVG = `<svg xmlns="http://www.w3.org/2000/svg" width="16" height="16" viewBox="0 0 24 24">
+<g class="jp-icon3" fill="#616161">
+<rect x="3" y="13" width="3" height="8" rx="0.5"/><rect x="8" y="9" width="3" height="12" rx="0.5"/>
+<rect x="13" y="5" width="3" height="16" rx="0.5"/><rect x="18" y="11" width="3" height="10" rx="0.5"/>
+<path d="M2 7 L7 3 L11 6 L17 1 L22 4" fill="none" stroke="#616161" stroke-width="1.6"/>
+</g></svg>`;
+
+const kerasMagicIcon = new LabIcon({
+  name: 'kerasmagic:sidebar',
+  svgstr: ICON_SVG
+});
+
+/** Settings as read from schema/sidebar.json, clamped to what the protocol accepts. */
+function readSettings(
+  settings: ISettingRegistry.ISettings | null
+): LiveConnection.IOptions {
+  const interval = Number(settings?.get('interval_s').composite ?? 1);
+  const minutes = Number(settings?.get('history_minutes').composite ?? 5);
+  return {
+    intervalS: Math.min(
+      MAX_INTERVAL_S,
+      Math.max(MIN_INTERVAL_S, Number.isFinite(interval) ? interval : 1)
+    ),
+    historyMinutes: Math.min(
+      120,
+      Math.max(1, Number.isFinite(minutes) ? minutes : 5)
+    )
+  };
+}
+
+const plugin: JupyterFrontEndPlugin<void> = {
+  id: PLUGIN_ID,
+  description:
+    'A sidebar with the memory of the active notebook kernel: RSS, TensorFlow allocator, GPU, graph and Keras facts.',
+  autoStart: true,
+  requires: [INotebookTracker],
+  optional: [ITranslator, ISettingRegistry, ILayoutRestorer],
+  activate: async (
+    app: JupyterFrontEnd,
+    tracker: INotebookTracker,
+    translator: ITranslator | null,
+    settingRegistry: ISettingRegistry | null,
+    restorer: ILayoutRestorer | null
+  ) => {
+    const trans = (translator ?? nullTranslator).load('kerasmagic');
+    const connection = new LiveConnection(readSettings(null));
+    const panel = new KerasMagicPanel({
+      connection,
+      translator: translator ?? nullTranslator,
+      showCell: cellId =>
+        showCell(tracker, cellId, id => app.shell.activateById(id))
+    });
+    panel.id = PANEL_ID;
+    panel.title.icon = kerasMagicIcon;
+    panel.title.caption = trans.__('Keras memory (kerasmagic)');
+    app.shell.add(panel, 'right', { rank: 600 });
+    restorer?.add(panel, PANEL_ID);
+
+    const follow = () =>
+      connection.setSessionContext(
+        tracker.currentWidget?.sessionContext ?? null
+      );
+    tracker.currentChanged.connect(follow);
+    // A notebook closed while current: follow whatever notebook is current now (or none).
+    tracker.widgetAdded.connect((_, widget) => widget.disposed.connect(follow));
+    follow();
+
+    app.commands.addCommand('kerasmagic:open-sidebar', {
+      label: trans.__('Show the Keras memory sidebar'),
+      describedBy: { args: { type: 'object', properties: {} } },
+      execute: () => app.shell.activateById(PANEL_ID)
+    });
+
+    if (settingRegistry) {
+      try {
+        const settings = await settingRegistry.load(PLUGIN_ID);
+        connection.configure(readSettings(settings));
+        settings.changed.connect(() =>
+          connection.configure(readSettings(settings))
+        );
+      } catch (reason) {
+        console.warn(
+          'kerasmagic: cannot load the sidebar settings, using defaults',
+          reason
+        );
+      }
+    }
+  }
+};
+
+export default plugin;

@@ -1,0 +1,274 @@
+/**
+ * Isolated jobs as the panel lists them: the kernel's `isolated_*` messages folded into one
+ * table (running jobs first, then the recent ones), with elapsed times that tick in the
+ * browser's clock. No DOM here, so jest tests it directly.
+ */
+
+import { formatSeconds } from './format';
+import { IIsolatedJob, IsolatedMessage } from './protocol';
+
+/** What the panel shows for a job's `status`; each has a colour and a word. */
+export type JobState =
+  | 'running'
+  | 'done'
+  | 'failed'
+  | 'timeout'
+  | 'cancelled'
+  | 'interrupted'
+  | 'other';
+
+/** The panel's state for a kernel `status` (`crash` reads as failed; unknown ones as other). */
+export function jobState(status: string): JobState {
+  switch (status) {
+    case 'running':
+      return 'running';
+    case 'ok':
+      return 'done';
+    case 'error':
+    case 'crash':
+      return 'failed';
+    case 'timeout':
+      return 'timeout';
+    case 'cancelled':
+      return 'cancelled';
+    case 'interrupted':
+      return 'interrupted';
+    default:
+      return 'other';
+  }
+}
+
+/** A decorative mark per state (the word next to it is what a screen reader reads). */
+export const STATE_MARK: { [state in JobState]: string } = {
+  running: '▶',
+  done: '✓',
+  failed: '✗',
+  timeout: '⧖',
+  cancelled: '–',
+  interrupted: '■',
+  other: '?'
+};
+
+/** One row of the list, as of `nowMs`. */
+export interface IJobRow {
+  job: IIsolatedJob;
+  state: JobState;
+  running: boolean;
+  /** Seconds since it started (running) or its wall time (finished). */
+  elapsedS: number;
+  /** The latest sample's RSS of a running job, null before the first one. */
+  rssBytes: number | null;
+}
+
+export interface IJobCounts {
+  running: number;
+  done: number;
+  failed: number;
+  other: number;
+}
+
+interface IEntry {
+  job: IIsolatedJob;
+  /** Running: seconds elapsed at `anchorMs` (kernel clock difference, so no clock skew). */
+  elapsedS: number;
+  anchorMs: number;
+  rssBytes: number | null;
+  /** Arrival order of finished jobs: the newest finished has the largest. */
+  finishedSeq: number;
+}
+
+/**
+ * The jobs of one kernel. `apply` takes every `isolated_*` message; `rows` lists them.
+ *
+ * Example: `table.apply(startedMessage, Date.now())` then `table.rows(Date.now())[0].state`
+ * is `'running'`.
+ */
+export class JobTable {
+  /** @param keepFinished finished jobs kept (the kernel keeps 20 too). */
+  constructor(readonly keepFinished = 20) {}
+
+  /** Bumped on every change of the list (not on the clock's ticks). */
+  get version(): number {
+    return this._version;
+  }
+
+  get size(): number {
+    return this._entries.size;
+  }
+
+  get runningCount(): number {
+    let count = 0;
+    this._entries.forEach(entry => {
+      if (entry.job.status === 'running') {
+        count += 1;
+      }
+    });
+    return count;
+  }
+
+  /** Forget every job (another kernel, or a new comm that will send `isolated_jobs`). */
+  clear(): void {
+    if (this._entries.size) {
+      this._entries.clear();
+      this._version += 1;
+    }
+  }
+
+  /** Fold one message in; returns whether the list changed. */
+  apply(message: IsolatedMessage, nowMs: number): boolean {
+    switch (message.method) {
+      case 'isolated_jobs': {
+        this._entries.clear();
+        // Running jobs first (oldest first), then finished ones, newest first.
+        const finished = message.jobs.filter(j => j.status !== 'running');
+        for (const job of message.jobs) {
+          if (job.status === 'running') {
+            this._put(job, message.ts, nowMs, 0);
+          }
+        }
+        for (let i = finished.length - 1; i >= 0; i--) {
+          this._put(finished[i], message.ts, nowMs, ++this._seq);
+        }
+        this._trim();
+        break;
+      }
+      case 'isolated_started':
+        this._put(message.job, message.ts, nowMs, 0);
+        break;
+      case 'isolated_done':
+        this._entries.delete(message.job.job_id);
+        this._put(message.job, message.ts, nowMs, ++this._seq);
+        this._trim();
+        break;
+      case 'isolated_sample': {
+        const entry = this._entries.get(message.job_id);
+        if (!entry || entry.job.status !== 'running') {
+          return false; // over already, or from before this sidebar's snapshot
+        }
+        entry.job = {
+          ...entry.job,
+          rss_peak_bytes: message.rss_peak_bytes,
+          gpu_peak_bytes: message.gpu_peak_bytes
+        };
+        entry.rssBytes = message.rss_bytes;
+        break;
+      }
+      default:
+        return false;
+    }
+    this._version += 1;
+    return true;
+  }
+
+  /** Running jobs (oldest start first), then finished ones (last finished first). */
+  rows(nowMs: number): IJobRow[] {
+    const entries = Array.from(this._entries.values());
+    const running = entries
+      .filter(e => e.job.status === 'running')
+      .sort((a, b) => a.job.started_ts - b.job.started_ts);
+    const finished = entries
+      .filter(e => e.job.status !== 'running')
+      .sort((a, b) => b.finishedSeq - a.finishedSeq);
+    return [...running, ...finished].map(entry => this._row(entry, nowMs));
+  }
+
+  /** Seconds a job has run as of `nowMs` (its wall time once over), null if unknown. */
+  elapsed(jobId: string, nowMs: number): number | null {
+    const entry = this._entries.get(jobId);
+    return entry ? this._row(entry, nowMs).elapsedS : null;
+  }
+
+  private _row(entry: IEntry, nowMs: number): IJobRow {
+    const running = entry.job.status === 'running';
+    return {
+      job: entry.job,
+      state: jobState(entry.job.status),
+      running,
+      elapsedS: running
+        ? Math.max(0, entry.elapsedS + (nowMs - entry.anchorMs) / 1000)
+        : entry.elapsedS,
+      rssBytes: running ? entry.rssBytes : null
+    };
+  }
+
+  private _put(
+    job: IIsolatedJob,
+    ts: number,
+    nowMs: number,
+    finishedSeq: number
+  ): void {
+    const running = job.status === 'running';
+    const previous = this._entries.get(job.job_id);
+    this._entries.set(job.job_id, {
+      job,
+      elapsedS: running
+        ? Math.max(0, ts - job.started_ts)
+        : (job.wall_s ?? Math.max(0, ts - job.started_ts)),
+      anchorMs: nowMs,
+      rssBytes: previous?.rssBytes ?? null,
+      finishedSeq
+    });
+  }
+
+  /** Drop the oldest finished jobs beyond `keepFinished`. */
+  private _trim(): void {
+    const finished = Array.from(this._entries.values())
+      .filter(e => e.job.status !== 'running')
+      .sort((a, b) => a.finishedSeq - b.finishedSeq);
+    for (let i = 0; i < finished.length - this.keepFinished; i++) {
+      this._entries.delete(finished[i].job.job_id);
+    }
+  }
+
+  private _entries = new Map<string, IEntry>();
+  private _seq = 0;
+  private _version = 0;
+}
+
+/** How many jobs are in each group (for the section's title line). */
+export function countJobs(rows: IJobRow[]): IJobCounts {
+  const counts: IJobCounts = { running: 0, done: 0, failed: 0, other: 0 };
+  for (const row of rows) {
+    if (row.state === 'running') {
+      counts.running += 1;
+    } else if (row.state === 'done') {
+      counts.done += 1;
+    } else if (row.state === 'failed' || row.state === 'timeout') {
+      counts.failed += 1;
+    } else {
+      counts.other += 1;
+    }
+  }
+  return counts;
+}
+
+/**
+ * Where a job ran: `thisMachine` for the local pool, else the Ray node's hostname and IP
+ * (`gpu-node-2 (10.0.0.12)`), or `cluster` when the node is not known yet.
+ */
+export function whereText(
+  job: IIsolatedJob,
+  thisMachine: string,
+  cluster: string
+): string {
+  const node = job.node;
+  if (!node) {
+    return job.on === 'local' ? thisMachine : cluster;
+  }
+  if (node.hostname && node.ip && node.hostname !== node.ip) {
+    return `${node.hostname} (${node.ip})`;
+  }
+  return node.hostname || node.ip || cluster;
+}
+
+/**
+ * An elapsed time: whole seconds while it ticks (`12 s`, `2 min 5 s`), the measured wall
+ * time once over (`3.2 s`, `850 ms`).
+ */
+export function formatElapsed(seconds: number, running: boolean): string {
+  if (!running) {
+    return formatSeconds(seconds);
+  }
+  const whole = Math.floor(Math.max(0, seconds));
+  return whole < 60 ? `${whole} s` : formatSeconds(whole);
+}

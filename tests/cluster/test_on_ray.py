@@ -1,0 +1,372 @@
+"""``on="ray"`` against a real two-node cluster: placement, streaming, values, faults, cleanup."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+import pytest
+
+from kerasmagic.isolation import IsolatedCellError, IsolatedCrash, IsolatedInterrupt, IsolatedTimeout, run_isolated
+from kerasmagic.isolation.cluster.target import OnRay
+from kerasmagic.isolation.mapping import isolated_map
+
+pytestmark = [pytest.mark.isolation, pytest.mark.cluster]
+
+
+def raylet_pid(node) -> int:
+    return node.all_processes["raylet"][0].process.pid
+
+
+def ancestors() -> list[int]:
+    """Run inside the job: the pids above it (its template, the node's agent, that node's raylet)."""
+    import psutil
+
+    return [parent.pid for parent in psutil.Process().parents()]
+
+
+def test_a_job_pinned_to_the_second_node_runs_there(cluster):
+    second = cluster.second
+    result = run_isolated(ancestors, on=OnRay(node=second.node_id))
+    assert result.node["node_id"] == second.node_id
+    assert raylet_pid(second) in result.value, "the job's process does not descend from the second node's raylet"
+    assert raylet_pid(cluster.head_node) not in result.value
+    assert result.on == "ray" and result.status == "ok"
+    assert result.agent["templates"], "the node's agent reports no template"
+
+
+def slow_item(index):
+    import os
+    import time
+
+    print(f"item {index} running in {os.getpid()}", flush=True)
+    time.sleep(1.0)
+    return index * 10
+
+
+def test_a_map_spreads_over_both_nodes_and_streams_prefixed_output(cluster, capsys):
+    result = isolated_map(slow_item, range(4), workers=2, on="ray", progress=False)
+    assert list(result) == [0, 10, 20, 30]
+    nodes = {job.node["node_id"] for job in result.jobs}
+    assert nodes == {cluster.head_node.node_id, cluster.second.node_id}, "both nodes (1 CPU each) must take jobs"
+    out = capsys.readouterr().out
+    for index, job in enumerate(result.jobs):
+        short = job.node["node_id"][:6]
+        assert f"[{index} @ " in out and f"/{short}] item {index} running in" in out, out
+
+
+def test_a_shared_array_goes_up_once_and_values_come_back(cluster):
+    import numpy as np
+    import ray
+
+    weights = np.arange(3_000_000, dtype=np.float64)  # 24 MB, far above the out-of-band threshold
+
+    def scaled_sum(k):
+        return float(weights.sum() * k)
+
+    puts = []
+    original = ray.put
+    ray.put = lambda value, *a, **kw: puts.append(sum(len(v) for v in value.values())) or original(value, *a, **kw)
+    try:
+        result = isolated_map(scaled_sum, [1, 2, 3], workers=3, on="ray", progress=False)
+    finally:
+        ray.put = original
+    assert list(result) == [float(weights.sum()) * k for k in (1, 2, 3)]
+    big = [size for size in puts if size >= weights.nbytes]
+    assert len(big) == 1, f"the function's 24 MB array was put {len(big)} times: {puts}"
+
+
+def test_a_keras_model_and_code_outputs_come_back(cluster):
+    import keras
+    import numpy as np
+
+    code = (
+        "import keras\n"
+        "model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2, name='head')])\n"
+        "prediction = model.predict(x, verbose=0)\n"
+        "print('fitted on the node')\n"
+    )
+    x = np.ones((3, 4), dtype="float32")
+    result = run_isolated(code, inputs={"x": x}, outputs=["model", "prediction"], on="ray")
+    model = result.outputs["model"]
+    assert isinstance(model, keras.Model) and model.get_layer("head").units == 2
+    np.testing.assert_allclose(model.predict(x, verbose=0), result.outputs["prediction"], rtol=1e-5)
+    assert "Ray node" in str(result)
+
+
+def test_the_users_error_comes_back_with_its_traceback(cluster):
+    with pytest.raises(IsolatedCellError) as caught:
+        run_isolated("def f():\n    raise ValueError('bad fold 3')\nf()", on="ray")
+    assert caught.value.exc_type == "ValueError" and "bad fold 3" in str(caught.value)
+    assert "line 2" in caught.value.child_traceback
+    assert caught.value.result.node.get("node_id")
+
+
+def _sleeper_pid_file():
+    handle, path = tempfile.mkstemp(prefix="kerasmagic-test-pid-")
+    os.close(handle)
+    os.unlink(path)
+    return path
+
+
+def _wait_for(path, within=120.0):
+    deadline = time.monotonic() + within
+    while not os.path.exists(path) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert os.path.exists(path), f"the job never started ({path})"
+    time.sleep(0.05)
+    with open(path) as handle:
+        return int(handle.read().strip())
+
+
+def _gone(pid, within=10.0):
+    import psutil
+
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        if not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+SLEEPER = "import os, time\nopen(pid_file, 'w').write(str(os.getpid()))\ntime.sleep(60)\n"
+
+
+def test_a_timeout_kills_the_job_on_its_node(cluster):
+    pid_file = _sleeper_pid_file()
+    started = time.monotonic()
+    with pytest.raises(IsolatedTimeout) as caught:
+        run_isolated(SLEEPER, inputs={"pid_file": pid_file}, timeout=3, on="ray")
+    assert time.monotonic() - started < 40
+    assert "timeout of 3 s" in str(caught.value) and "on node" in str(caught.value)
+    assert _gone(_wait_for(pid_file, 1)), "the job's process outlived its timeout"
+    os.unlink(pid_file)
+
+
+def test_ctrl_c_kills_the_job_on_its_node(cluster, sigint_raises):
+    pid_file = _sleeper_pid_file()
+
+    def interrupt_once_running():
+        _wait_for(pid_file)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    threading.Thread(target=interrupt_once_running, daemon=True).start()
+    with pytest.raises(IsolatedInterrupt) as caught:
+        run_isolated(SLEEPER, inputs={"pid_file": pid_file}, on="ray")
+    assert "was killed" in str(caught.value)
+    assert _gone(_wait_for(pid_file, 1)), "the job's process outlived Ctrl-C"
+    os.unlink(pid_file)
+
+
+def marked_sleeper(index, folder):
+    import os
+    import time
+
+    open(os.path.join(folder, f"started-{index}"), "w").close()
+    time.sleep(12)
+    return index
+
+
+def test_a_node_killed_mid_job_gives_isolated_crash_and_the_map_goes_on(cluster, add_node):
+    doomed = add_node()
+    folder = tempfile.mkdtemp(prefix="kerasmagic-test-nodes-")
+
+    def remove_once_all_run():
+        deadline = time.monotonic() + 180
+        while len(os.listdir(folder)) < 3 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        cluster.remove_node(doomed, allow_graceful=False)
+
+    killer = threading.Thread(target=remove_once_all_run, daemon=True)
+    killer.start()
+    # Three nodes with one CPU each and three one-CPU jobs: one job per node.
+    result = isolated_map(lambda i: marked_sleeper(i, folder), range(3), workers=3, on="ray", on_error="collect",
+                          progress=False)
+    killer.join(timeout=5)
+    crashed = [i for i, value in enumerate(result) if isinstance(value, IsolatedCrash)]
+    assert len(crashed) == 1, [repr(v)[:200] for v in result]
+    job = result.jobs[crashed[0]]
+    assert job.node["node_id"] == doomed.node_id
+    message = str(result[crashed[0]])
+    assert doomed.node_id[:8] in message and "died" in message, message
+    assert sorted(v for v in result if not isinstance(v, Exception)) == sorted(set(range(3)) - set(crashed))
+
+
+def test_the_kernel_stays_flat_over_many_jobs(cluster):
+    import numpy as np
+
+    from kerasmagic.probes.process import rss_bytes
+
+    def fold(k):
+        return np.full(250_000, k, dtype=np.float64)  # 2 MB back each time
+
+    isolated_map(fold, range(4), workers=2, on="ray", progress=False)  # warm-up: Ray's client buffers
+    before = rss_bytes()
+    for _ in range(3):
+        values = isolated_map(fold, range(8), workers=2, on="ray", progress=False)
+        assert [int(v[0]) for v in values] == list(range(8))
+        del values
+    growth = rss_bytes() - before
+    assert growth < 40 * 1024 * 1024, f"the kernel grew {growth / 2**20:.1f} MiB over 24 jobs"
+
+
+def _run_without_cluster(code: str) -> tuple[float, str]:
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    return time.monotonic() - started, done.stdout + done.stderr
+
+
+def test_an_unreachable_cluster_fails_in_seconds_with_the_address():
+    elapsed, out = _run_without_cluster(
+        "from kerasmagic import run_isolated\n"
+        "try:\n    run_isolated('x = 1', on='ray', address='127.0.0.1:9')\n"
+        "except Exception as exc:\n    print(type(exc).__name__, exc)\n")
+    assert "IsolationUsageError no Ray cluster answers at 127.0.0.1:9" in out, out
+    assert elapsed < 60, elapsed
+
+
+def test_no_cluster_chosen_and_no_ray_installed_say_what_to_do():
+    _, out = _run_without_cluster(
+        "from kerasmagic import run_isolated\n"
+        "try:\n    run_isolated('x = 1', on='ray')\n"
+        "except Exception as exc:\n    print(type(exc).__name__, exc)\n"
+        "import sys, ray\n"
+        "assert not ray.is_initialized(), 'a cluster was started behind the user\\'s back'\n"
+        "sys.modules['ray'] = None\n"
+        "try:\n    run_isolated('x = 1', on='ray', address='10.0.0.1:6379')\n"
+        "except Exception as exc:\n    print(type(exc).__name__, exc)\n")
+    assert "none is chosen: call ray.init(address=...) first, set RAY_ADDRESS, or pass address=" in out, out
+    assert "Ray is not installed: install it with `pip install 'kerasmagic[ray]'`" in out, out
+    assert "AssertionError" not in out, out
+
+
+def test_bad_options_are_refused_before_anything_runs():
+    from kerasmagic.isolation import IsolationUsageError
+
+    with pytest.raises(IsolationUsageError, match="Ray assigns them"):
+        run_isolated("x = 1", on="ray", gpu=0)
+    with pytest.raises(IsolationUsageError, match="on= takes 'local', 'ray'"):
+        run_isolated("x = 1", on="rayy")
+    with pytest.raises(IsolationUsageError, match="num_gpus is a number"):
+        OnRay(num_gpus=-1)
+    with pytest.raises(IsolationUsageError, match="use it with on='ray'"):
+        isolated_map(abs, [1], address="10.0.0.1:6379")
+
+
+def test_importing_kerasmagic_does_not_import_ray():
+    out = subprocess.run([sys.executable, "-c", "import sys, kerasmagic, kerasmagic.isolation; "
+                          "print('ray' in sys.modules)"], capture_output=True, text=True, timeout=60).stdout
+    assert out.strip() == "False"
+
+
+def test_the_magic_runs_a_cell_on_a_node_and_brings_its_names_back(cluster, shell, capsys):
+    from shell_helpers import run
+
+    run(shell, "import numpy as np\nbase = np.arange(5)")
+    run(shell, "%%fresh_model --isolate --on ray --timeout 120\n"
+               "import os\n"
+               "doubled = base * 2\n"
+               "print('cell ran in', os.getpid())\n")
+    assert shell.user_ns["doubled"].tolist() == [0, 2, 4, 6, 8]
+    out = capsys.readouterr().out
+    assert "] cell ran in" in out and "Ray node" in out, out
+
+
+def test_the_magic_refuses_on_without_isolate_and_bad_addresses(shell):
+    result = shell.run_cell("%%fresh_model --on ray\nx = 1", store_history=True)
+    assert "--isolate" in str(result.error_before_exec or result.error_in_exec)
+    assert "x" not in shell.user_ns
+
+
+def visible_gpus():
+    import os
+
+    return os.environ.get("CUDA_VISIBLE_DEVICES")
+
+
+def test_the_gpu_ray_assigns_is_the_jobs_cuda_visible_devices(cluster, add_node):
+    # Ray assigns GPU ids from a node's declared GPUs: two declared here, no hardware needed.
+    gpu_node = add_node(num_gpus=2)
+    one = run_isolated(visible_gpus, on=OnRay(num_gpus=1, node=gpu_node.node_id))
+    two = run_isolated(visible_gpus, on=OnRay(num_gpus=2, node=gpu_node.node_id))
+    none = run_isolated(visible_gpus, on=OnRay(node=gpu_node.node_id))
+    assert one.value in ("0", "1") and one.node["gpu_ids"] == [one.value]
+    assert sorted(two.value.split(",")) == ["0", "1"]
+    assert none.value == "", "a job that asked for no GPU must see none"
+    assert "GPU" in str(one) and "given by Ray" in str(one)
+    cluster.remove_node(gpu_node)
+
+
+def test_ray_local_starts_a_local_cluster_only_when_asked_and_says_so():
+    _, out = _run_without_cluster(
+        "import ray\n"
+        "from kerasmagic import run_isolated, close_cluster_session\n"
+        "result = run_isolated('import os\\nanswer = 6 * 7', on='ray-local')\n"
+        "print('ANSWER', result.outputs['answer'])\n"
+        "print('NOTE', result.cluster_note)\n"
+        "print('SHOWN', 'started a local Ray cluster' in str(result))\n"
+        "print('NODE', bool(result.node.get('node_id')))\n"
+        "close_cluster_session(); ray.shutdown()\n")
+    assert "ANSWER 42" in out and "NODE True" in out, out
+    assert "NOTE started a local Ray cluster on this machine" in out and "on='ray-local' asked for it" in out, out
+    assert "SHOWN True" in out, out
+
+
+def _own_job_folders():
+    import glob
+
+    return [path for folder in ("/dev/shm", tempfile.gettempdir())
+            for path in glob.glob(os.path.join(folder, f"kerasmagic-isolated-{os.getpid()}-*"))]
+
+
+def test_a_ray_client_address_is_refused_with_what_to_do_instead():
+    from kerasmagic.isolation import IsolationUsageError
+
+    before = _own_job_folders()
+    with pytest.raises(IsolationUsageError, match=r"Ray Client .* Run the notebook on the head node"):
+        run_isolated("x = 1", inputs={"big": bytes(2 << 20)}, on="ray", address="ray://127.0.0.1:10001")
+    assert _own_job_folders() == before, "a refused job left its folder behind"
+
+
+def node_id_of_job():
+    import os
+
+    return os.getpid()
+
+
+def test_a_job_no_node_can_take_says_so_and_a_node_that_joins_later_gets_an_agent(cluster, add_node, caplog):
+    import logging
+
+    caplog.set_level(logging.INFO, logger="kerasmagic.isolation.cluster.remote")
+    from kerasmagic.isolation.cluster.remote import describe_agents
+
+    with pytest.raises(IsolatedTimeout, match=r"no node took the isolated job .* "
+                       r"\(num_cpus=2; the cluster has 2 node\(s\): 1 CPU, 1 CPU\)"):
+        run_isolated(node_id_of_job, on=OnRay(num_cpus=2), timeout=3)
+    outcome = {}
+
+    def run_while_no_node_fits():
+        try:
+            outcome["result"] = run_isolated(node_id_of_job, on=OnRay(num_cpus=2), timeout=180)
+        except BaseException as exc:  # noqa: BLE001 - shown by the assertion below
+            outcome["error"] = exc
+
+    # Ray's node start must run on the main thread (signal handlers): the job waits in a thread.
+    waiting = threading.Thread(target=run_while_no_node_fits, daemon=True)
+    waiting.start()
+    time.sleep(1.0)
+    big = add_node(num_cpus=2)  # placed there, where this call started no agent: sent again once one runs
+    waiting.join(timeout=200)
+    result = outcome.get("result")
+    assert result is not None, outcome.get("error")
+    assert result.status == "ok" and result.node["node_id"] == big.node_id
+    assert big.node_id in {agent["node_id"] for agent in describe_agents()}
+    assert f"sent again to node {big.node_id}, which had no agent" in caplog.text
+    cluster.remove_node(big)

@@ -1,0 +1,245 @@
+"""The leak watch (per-cell growth) in a real InteractiveShell: what it flags, what it does not."""
+
+from __future__ import annotations
+
+import gc
+
+import pytest
+
+import kerasmagic
+from kerasmagic import leak_watch
+
+from shell_helpers import run
+
+pytestmark = pytest.mark.shell
+
+MIB = 2**20
+#: Appends 2 MiB to a global list on each run. The 2 MiB are pages new to the process (an
+#: anonymous mapping, every page written): a bytearray would come from the C heap, where
+#: memory the earlier tests of this process freed can hide the growth for a while (as it can
+#: in a long-lived kernel; tests/live/test_kernel_leak_watch.py appends bytearrays in a
+#: fresh kernel).
+LEAK = "leak.append(fresh_pages(2 * 2**20))"
+SETUP = (
+    "import mmap\n"
+    "def fresh_pages(size):\n"
+    "    pages = mmap.mmap(-1, size)\n"
+    "    for offset in range(0, size, mmap.PAGESIZE):\n"
+    "        pages[offset] = 1\n"
+    "    return pages\n"
+    "leak = []"
+)
+#: Allocates 2 MiB and lets it go: memory comes back each time.
+NO_LEAK = "tmp = bytearray(2 * 2**20)\ndel tmp"
+
+
+def _run(shell, cell: str, times: int = 1, cell_id: str | None = None) -> None:
+    for _ in range(times):
+        result = shell.run_cell(cell, store_history=True, cell_id=cell_id)
+        assert result.success, result
+
+
+def _cell(report, first_line: str) -> dict:
+    return next(c for c in report.cells if c["first_line"] == first_line)
+
+
+def test_a_cell_that_appends_2_mib_to_a_global_list_is_flagged(shell):
+    run(shell, SETUP)
+    _run(shell, LEAK, times=4)
+    report = kerasmagic.cell_growth()
+    assert [c["first_line"] for c in report.flagged] == [LEAK]
+    cell = report.flagged[0]
+    # The first run creates what later runs reuse: 4 runs are 3 that count.
+    assert (cell["runs"], cell["streak"], cell["flagged"]) == (4, 3, True)
+    assert 1.8 * MIB <= cell["growth_per_run_bytes"] <= 2.6 * MIB, cell
+    assert 1.8 * MIB <= cell["per_run"]["rss_bytes"] <= 2.6 * MIB, cell
+    assert cell["execution_count"] == shell.execution_count - 1  # its last run, as In[] numbers it
+    assert cell["fix"] == "isolate"  # no model, no registry, no TF: only a new process returns it
+    sentence = leak_watch.growth_sentence(cell)
+    assert sentence.startswith(f"cell [{cell['execution_count']}] grows 2.0") and sentence.endswith(
+        " MiB per run (3 runs)"), sentence
+    assert cell["key"].startswith("sha1:") and cell["cell_id"] is None  # no frontend cell id here
+
+
+def test_a_cell_that_does_not_keep_memory_is_not_flagged(shell):
+    _run(shell, NO_LEAK, times=5)
+    report = kerasmagic.cell_growth()
+    assert report.flagged == []
+    cell = _cell(report, "tmp = bytearray(2 * 2**20)")
+    assert (cell["runs"], cell["flagged"]) == (5, False)
+    assert abs(cell["last"]["rss_bytes"]) < MIB
+
+
+def test_three_runs_are_not_yet_a_leak_and_a_run_that_does_not_grow_ends_the_flag(shell):
+    run(shell, SETUP)
+    _run(shell, LEAK, times=3, cell_id="c")  # the first run and 2 that count: not flagged yet
+    assert kerasmagic.cell_growth().flagged == []
+    _run(shell, LEAK, cell_id="c")
+    assert [c["key"] for c in kerasmagic.cell_growth().flagged] == ["c"]
+    # The user changes the cell (same cell id, new source): its next run does not grow, the flag goes.
+    _run(shell, "leak.clear()", cell_id="c")
+    report = kerasmagic.cell_growth()
+    assert report.flagged == []
+    assert next(c for c in report.cells if c["key"] == "c")["streak"] == 0
+
+
+def test_cells_are_keyed_by_the_frontends_cell_id(shell):
+    run(shell, SETUP)
+    # Two cells with the same source but different ids (JupyterLab) are two cells.
+    _run(shell, LEAK, times=4, cell_id="cell-a")
+    _run(shell, LEAK, times=2, cell_id="cell-b")
+    report = kerasmagic.cell_growth()
+    assert [(c["key"], c["cell_id"], c["runs"]) for c in report.flagged] == [("cell-a", "cell-a", 4)]
+    assert ("cell-b", 2, False) in [(c["key"], c["runs"], c["flagged"]) for c in report.cells]
+    # An edited cell keeps its id: its runs go on under the same key.
+    _run(shell, LEAK + "  # edited", cell_id="cell-a")
+    cell = next(c for c in kerasmagic.cell_growth().cells if c["key"] == "cell-a")
+    assert (cell["runs"], cell["streak"], cell["first_line"]) == (5, 4, LEAK + "  # edited")
+
+
+def test_the_cell_id_is_read_from_the_kernels_parent_message_when_ipython_has_none():
+    class Kernel:
+        def get_parent(self):
+            return {"header": {}, "metadata": {"cellId": "from-metadata"}}
+
+    class Shell:
+        kernel = Kernel()
+
+    class Info:
+        cell_id = None
+
+    assert leak_watch._cell_id(Shell(), Info()) == "from-metadata"
+    info = Info()
+    info.cell_id = "from-ipython"
+    assert leak_watch._cell_id(Shell(), info) == "from-ipython"
+    assert leak_watch._cell_id(object(), Info()) is None
+
+
+def test_memory_is_bounded(shell, monkeypatch):
+    monkeypatch.setattr(leak_watch, "KEEP_CELLS", 30)
+    for i in range(40):
+        _run(shell, f"x_{i} = {i}")
+    _run(shell, "y = 1", times=leak_watch.KEEP_RUNS + 5)
+    watch = leak_watch.active_watch()
+    assert watch.watched_cells == 30
+    cell = watch._cells[leak_watch._source_key("y = 1")]
+    assert len(cell.runs) == leak_watch.KEEP_RUNS and cell.runs_seen == leak_watch.KEEP_RUNS + 5
+    assert leak_watch._source_key("x_0 = 0") not in watch._cells  # the least recently run went first
+    assert len(kerasmagic.cell_growth(recent=5).cells) == 5
+    assert len(kerasmagic.cell_growth(recent=None).cells) == 30
+
+
+def test_recording_a_cell_collects_no_garbage_and_walks_no_heap(shell, monkeypatch):
+    calls = []
+    monkeypatch.setattr(gc, "collect", lambda *a: calls.append("collect") or 0)
+    monkeypatch.setattr(gc, "get_objects", lambda *a: calls.append("get_objects") or [])
+    monkeypatch.setattr(gc, "get_referrers", lambda *a: calls.append("get_referrers") or [])
+    run(shell, SETUP)
+    _run(shell, LEAK, times=4)
+    assert calls == []
+    assert len(kerasmagic.cell_growth().flagged) == 1
+    assert leak_watch.active_watch().last_cost_s < 0.005  # pre + post of the last run (about 0.1 ms)
+
+
+def test_the_watch_starts_with_load_ext_and_stops_with_unload_ext(shell):
+    watch = leak_watch.active_watch()
+    assert watch is not None and watch.shell is shell and watch.started
+    assert watch.pre_run_cell in shell.events.callbacks["pre_run_cell"]
+    shell.run_line_magic("load_ext", "kerasmagic")  # twice: still one watch
+    assert leak_watch.active_watch() is watch
+    assert shell.events.callbacks["post_run_cell"].count(watch.post_run_cell) == 1
+    shell.run_line_magic("unload_ext", "kerasmagic")
+    try:
+        assert leak_watch.active_watch() is None
+        assert watch.pre_run_cell not in shell.events.callbacks["pre_run_cell"]
+        assert watch.post_run_cell not in shell.events.callbacks["post_run_cell"]
+        report = kerasmagic.cell_growth()
+        assert report.watching is False and "%load_ext kerasmagic starts it" in str(report)
+    finally:
+        shell.run_line_magic("load_ext", "kerasmagic")
+
+
+def test_the_report_as_text_html_and_dict(shell):
+    run(shell, SETUP)
+    _run(shell, LEAK, times=4)
+    _run(shell, NO_LEAK, times=2)
+    report = kerasmagic.cell_growth()
+    text = str(report)
+    assert text.startswith("kerasmagic: memory growth per cell (leak watch)")
+    flagged = report.flagged[0]
+    assert f"{leak_watch.growth_sentence(flagged)}. Fix: %%fresh_model --isolate runs the cell" in text
+    assert "Last run of the other recent cells" in text and "tmp = bytearray(2 * 2**20)" in text
+    html = report._repr_html_()
+    assert "grows" in html and "&lt;" not in text
+    data = report.to_dict()
+    assert data["watching"] and data["min_runs"] == 3 and data["threshold_bytes"] == MIB
+    assert data["cells"][0]["key"] == flagged["key"]
+
+
+def test_nothing_flagged_says_so(shell):
+    _run(shell, "a = 1", times=3)
+    text = str(kerasmagic.cell_growth())
+    assert "none: no cell grew by more than 1.00 MiB on each of its last 3 runs" in text, text
+
+
+@pytest.mark.frameworks
+def test_a_keras_cell_leaks_and_under_fresh_model_it_does_not(shell):
+    run(shell, (
+        "import numpy as np, keras\n"
+        "x = np.random.default_rng(0).random((2048, 256), dtype=np.float32)\n"
+        "y = np.random.default_rng(1).integers(0, 10, 2048)\n"
+        "def make():\n"
+        "    m = keras.Sequential([keras.Input((256,)), keras.layers.Dense(512, activation='relu'),\n"
+        "                          keras.layers.Dense(10)])\n"
+        "    m.compile('adam', keras.losses.SparseCategoricalCrossentropy(from_logits=True))\n"
+        "    return m\n"))
+    fit = "model = make()\nmodel.fit(x, y, epochs=1, batch_size=256, verbose=0);"
+    _run(shell, fit, times=4, cell_id="fit")
+    cell = next(c for c in kerasmagic.cell_growth().flagged if c["key"] == "fit")
+    # Each run's traced train step adds CustomGradient entries that pin its graph and weights.
+    assert cell["per_run"]["custom_gradient_entries"] >= 1, cell
+    assert cell["growth_per_run_bytes"] > 2 * MIB and cell["fix"] == "fresh_model", cell
+    _run(shell, "%%fresh_model -q model\n" + fit, times=4, cell_id="fresh")
+    report = kerasmagic.cell_growth()
+    fresh = next(c for c in report.cells if c["key"] == "fresh")
+    assert not fresh["flagged"] and fresh["runs"] == 4, fresh
+    assert fresh["last"]["custom_gradient_entries"] <= 0, fresh  # the clean purged the dead entries
+    assert [c["key"] for c in report.flagged] == ["fit"]
+
+
+def test_tf_mem_cells_shows_the_leak_watch_as_text_and_returns_it(shell, capsys):
+    run(shell, SETUP)
+    _run(shell, LEAK, times=4)
+    capsys.readouterr()
+    run(shell, "%tf_mem --cells")
+    shown = capsys.readouterr().out
+    flagged = kerasmagic.cell_growth().flagged[0]
+    assert "kerasmagic: memory growth per cell (leak watch)" in shown
+    assert f"{leak_watch.growth_sentence(flagged)}. Fix: %%fresh_model --isolate" in shown, shown
+    report = run(shell, "%tf_mem --cells -q -o")
+    assert isinstance(report, leak_watch.CellGrowthReport)
+    assert [c["key"] for c in report.flagged] == [flagged["key"]]
+    run(shell, "%tf_mem --cells -q --as growth")
+    assert shell.user_ns["growth"].to_dict()["cells"][0]["flagged"] is True
+
+
+@pytest.mark.parametrize("line, words", [
+    ("%tf_mem --cells --live", "--cells shows the leak watch; use it without --live and --who"),
+    ("%tf_mem --cells --who", "--cells shows the leak watch"),
+    ("%%tf_mem --cells\n1", "--who, --live and --cells belong to the line magic %tf_mem"),
+])
+def test_tf_mem_cells_refuses_what_does_not_go_with_it(shell, line, words):
+    result = shell.run_cell(line, store_history=True)
+    error = result.error_in_exec or result.error_before_exec
+    assert error is not None and words in str(error), error
+
+
+@pytest.mark.frameworks
+def test_a_cell_that_keeps_every_model_it_builds_is_told_so(shell):
+    run(shell, "import keras\nkept = []")
+    _run(shell, "kept.append(keras.Sequential([keras.Input((1024,)), keras.layers.Dense(1024)]))",
+         times=4, cell_id="keep")
+    cell = next(c for c in kerasmagic.cell_growth().flagged if c["key"] == "keep")
+    assert cell["per_run"]["live_models"] == 1 and cell["fix"] == "keep_models", cell
+    assert cell["growth_per_run_bytes"] >= 3.5 * MIB, cell  # 4 MiB of weights per model
+    assert "each run keeps one more Keras model alive" in str(kerasmagic.cell_growth())

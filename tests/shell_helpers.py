@@ -1,0 +1,26 @@
+"""Running cells in the tests' real ``InteractiveShell``, as a user would.
+
+A plain module beside the root ``conftest.py``: pytest puts this folder on ``sys.path`` for
+that conftest (its rootdir-relative "prepend" import), so ``from shell_helpers import run``
+works under ``pytest`` and ``python -m pytest`` alike (``tests.conftest`` needed the
+repository root on ``sys.path``, which only ``python -m`` adds).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["error_of", "run"]
+
+
+def run(shell: Any, cell: str) -> Any:
+    """Run ``cell`` as a user would (history on, so Out[] and _ fill), failing on any error."""
+    result = shell.run_cell(cell, store_history=True)
+    if not result.success:
+        raise AssertionError(f"cell failed: {result.error_before_exec or result.error_in_exec!r}\n{cell}")
+    return result.result
+
+
+def error_of(result: Any) -> BaseException | None:
+    """The exception a ``run_cell`` result carries, raised before or during execution."""
+    return result.error_before_exec or result.error_in_exec
