@@ -24,7 +24,7 @@ __all__ = [
 
 TARGET_NAME = "kerasmagic.live"
 #: Bumped independently of the package version: major = incompatible, minor = additive.
-PROTOCOL_VERSION = "1.2.0"
+PROTOCOL_VERSION = "1.3.0"
 
 MIN_INTERVAL_S = 0.1
 MAX_INTERVAL_S = 60.0
@@ -141,7 +141,7 @@ def check_version(peer_version: Any) -> None:
         >>> check_version("2.0.0")  # doctest: +ELLIPSIS
         Traceback (most recent call last):
         ...
-        kerasmagic.live.protocol.ProtocolError: this kernel's kerasmagic speaks protocol 1.2.0, the frontend 2.0.0: ...
+        kerasmagic.live.protocol.ProtocolError: this kernel's kerasmagic speaks protocol 1.3.0, the frontend 2.0.0: ...
     """
     if _major(peer_version) != _major(PROTOCOL_VERSION):
         raise ProtocolError(
@@ -285,6 +285,47 @@ def _cells(value: Any) -> bool:
     return isinstance(value, list) and all(_cell(cell) for cell in value)
 
 
+def _host(value: Any) -> bool:
+    """A sample's ``host`` (since 1.3): the machine's memory, or unavailable."""
+    if _is_unavailable(value):
+        return True
+    return isinstance(value, dict) and _is_number(value.get("total_bytes")) and _is_number(
+        value.get("available_bytes"))
+
+
+def _run(value: Any) -> bool:
+    """One cell run (``cell_run``'s ``run``, ``history``'s ``cell_runs``; since 1.3)."""
+    if not isinstance(value, dict):
+        return False
+    checks = {"execution_count": _number_or_null, "cell_id": _str_or_null, "started_ts": _NUM,
+              "ended_ts": _number_or_null, "status": _STR}
+    return all(name in value and check(value[name]) for name, check in checks.items())
+
+
+def _runs(value: Any) -> bool:
+    return isinstance(value, list) and all(_run(run) for run in value)
+
+
+def _marks(value: Any) -> bool:
+    return isinstance(value, list) and all(
+        isinstance(mark, dict) and isinstance(mark.get("kind"), str) and _is_number(mark.get("ts"))
+        for mark in value)
+
+
+def _samples(value: Any) -> bool:
+    """``history``'s samples: each a valid ``sample`` message."""
+    if not isinstance(value, list):
+        return False
+    for sample in value:
+        try:
+            validate(sample, "to_frontend")
+        except ProtocolError:
+            return False
+        if sample["method"] != "sample":
+            return False
+    return True
+
+
 def _interval(value: Any) -> bool:
     return _is_number(value) and MIN_INTERVAL_S <= value <= MAX_INTERVAL_S
 
@@ -312,7 +353,8 @@ _TO_FRONTEND: dict[str, tuple[dict, dict]] = {
     "sample": (
         {"seq": _NUM, "ts": _NUM, "rss_bytes": _number_or_unavailable, "tf": _tf, "gpu": _gpu,
          "sample_cost_s": _NUM},
-        {},
+        # Since 1.3 (a 1.2 frontend ignores them).
+        {"cpu_pct": _number_or_unavailable, "host": _host},
     ),
     "facts": (
         {"ts": _NUM, "execution_count": _NUM, "tf_status": _str_or_unavailable,
@@ -341,6 +383,9 @@ _TO_FRONTEND: dict[str, tuple[dict, dict]] = {
         {"ts": _NUM, "threshold_bytes": _NUM, "min_runs": _NUM, "watched_cells": _NUM, "cells": _cells},
         {},
     ),
+    # Since 1.3, only to a frontend that opened with 1.3 or later.
+    "cell_run": ({"ts": _NUM, "run": _run}, {}),
+    "history": ({"ts": _NUM, "samples": _samples, "cell_runs": _runs, "marks": _marks}, {}),
 }
 _DIRECTIONS = {"to_kernel": _TO_KERNEL, "to_frontend": _TO_FRONTEND}
 

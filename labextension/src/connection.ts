@@ -8,15 +8,23 @@ import { Kernel, KernelMessage } from '@jupyterlab/services';
 import { IDisposable } from '@lumino/disposable';
 import { ISignal, Signal } from '@lumino/signaling';
 
-import { SeriesHistory } from './history';
+import {
+  addMark,
+  ICellRun,
+  IMark,
+  SeriesHistory,
+  upsertCellRun
+} from './history';
 import { JobTable } from './jobs';
 import {
   ICellGrowth,
+  ICellRunData,
   IClearResult,
   IDeviceAllocator,
   IEvent,
   IFacts,
   IHello,
+  IHistory,
   ISample,
   isCompatible,
   isNumber,
@@ -27,6 +35,14 @@ import {
   TARGET_NAME,
   validate
 } from './protocol';
+
+export type { ICellRun, IMark } from './history';
+
+/** The host's memory, from the latest sample that had it. */
+export interface IHostMemory {
+  totalBytes: number;
+  availableBytes: number;
+}
 
 /** Why the sidebar shows what it shows; each case has its own empty-state message. */
 export type ConnectionState =
@@ -46,7 +62,9 @@ export const SERIES = {
   nvmlProcess: 'nvml_process',
   nvmlUsed: 'nvml_used',
   customGradients: 'custom_gradient_entries',
-  liveModels: 'live_models_count'
+  liveModels: 'live_models_count',
+  /** The kernel process's CPU use, % of one core (protocol 1.3+). */
+  cpu: 'cpu_pct'
 } as const;
 
 export namespace LiveConnection {
@@ -114,6 +132,27 @@ export function recordSample(history: SeriesHistory, sample: ISample): void {
   );
   history.add(SERIES.nvmlProcess, ts, sumGpu(sample.gpu, 'process_used_bytes'));
   history.add(SERIES.nvmlUsed, ts, sumGpu(sample.gpu, 'used_bytes'));
+  history.add(SERIES.cpu, ts, isNumber(sample.cpu_pct) ? sample.cpu_pct : null);
+}
+
+/** A sample's host memory, or null where it has none (unavailable, or a 1.2 kernel). */
+export function hostOf(sample: ISample): IHostMemory | null {
+  const host = sample.host;
+  if (host === undefined || isUnavailable(host)) {
+    return null;
+  }
+  return { totalBytes: host.total_bytes, availableBytes: host.available_bytes };
+}
+
+/** A run as the wire gives it, in the panel's names. */
+export function cellRunOf(run: ICellRunData): ICellRun {
+  return {
+    executionCount: run.execution_count,
+    cellId: run.cell_id,
+    startedTs: run.started_ts,
+    endedTs: run.ended_ts,
+    status: run.status
+  };
 }
 
 /** Add one facts message's numbers to the history. */
@@ -148,6 +187,14 @@ export interface IClearReport {
  */
 interface IKernelRecord {
   history: SeriesHistory;
+  /** Cell runs, oldest first (kernel clock), at most MAX_CELL_RUNS. */
+  cellRuns: ICellRun[];
+  /** Clear session, fresh_model, restart..., oldest first (kernel clock). */
+  marks: IMark[];
+  host: IHostMemory | null;
+  /** Kernel-clock ts of the newest sample recorded, and when it arrived (ms, page clock). */
+  lastSampleTs: number | null;
+  lastSampleAt: number | null;
   lastEvent: IEvent | null;
   clearReport: IClearReport | null;
   /** The pid the kernel's hello gave; another pid under the same id is a restart. */
@@ -199,6 +246,21 @@ export class LiveConnection implements IDisposable {
 
   get history(): SeriesHistory {
     return this._record().history;
+  }
+
+  /** The current kernel's cell runs, oldest first, kernel-clock seconds (at most 500). */
+  get cellRuns(): ICellRun[] {
+    return this._record().cellRuns;
+  }
+
+  /** The current kernel's marks (clear_tf, fresh_model, restart...), oldest first. */
+  get marks(): IMark[] {
+    return this._record().marks;
+  }
+
+  /** The host's memory from the current kernel's latest sample that had it. */
+  get host(): IHostMemory | null {
+    return this._record().host;
   }
 
   get latestSample(): ISample | null {
@@ -366,7 +428,8 @@ export class LiveConnection implements IDisposable {
     if (GONE_STATUSES.has(status)) {
       if (this._state.kind !== 'restarting') {
         if (RESTART_STATUSES.has(status)) {
-          this._newRecord(true); // same kernel id, a new process: a new history
+          // Same kernel id, a new process: a new history that starts with the restart.
+          this._newRecord(true, this._kernelNow());
         }
         this._detach();
         this._setState({ kind: 'restarting' });
@@ -402,12 +465,63 @@ export class LiveConnection implements IDisposable {
     return this._session?.session?.kernel?.id ?? '';
   }
 
-  /** Another pid under the same kernel id is a restart this page did not see. */
-  private _notePid(pid: number): void {
+  /**
+   * Another pid under the same kernel id is a restart this page did not see: a new
+   * record, its restart marked at the new kernel's hello (it happened before that).
+   */
+  private _notePid(pid: number, helloTs: number): void {
     const seen = this._record().pid;
     const record =
-      seen !== null && seen !== pid ? this._newRecord(true) : this._record();
+      seen !== null && seen !== pid
+        ? this._newRecord(true, helloTs)
+        : this._record();
     record.pid = pid;
+  }
+
+  /**
+   * Now on the followed kernel's clock, estimated from its last sample's ts plus the
+   * time since that sample arrived (the page's clock may differ from the kernel's).
+   */
+  private _kernelNow(): number {
+    const record = this._records.get(this._kernelId());
+    if (
+      record &&
+      record.lastSampleTs !== null &&
+      record.lastSampleAt !== null
+    ) {
+      return record.lastSampleTs + (Date.now() - record.lastSampleAt) / 1000;
+    }
+    return Date.now() / 1000; // no sample yet: the page's clock is the best guess
+  }
+
+  /** Record a sample in the current kernel's record (live, or replayed from history). */
+  private _recordSample(sample: ISample, replayed: boolean): void {
+    const record = this._record();
+    if (
+      replayed &&
+      record.lastSampleTs !== null &&
+      sample.ts <= record.lastSampleTs
+    ) {
+      return; // this page has it already (attached before, switched away and back)
+    }
+    recordSample(record.history, sample);
+    if (record.lastSampleTs === null || sample.ts >= record.lastSampleTs) {
+      record.lastSampleTs = sample.ts;
+      record.lastSampleAt = Date.now();
+      if (sample.host !== undefined) {
+        record.host = hostOf(sample);
+      }
+    }
+  }
+
+  /** Replay a `history` message: the same path as live samples, runs and marks. */
+  private _replay(message: IHistory): void {
+    const record = this._record();
+    message.samples.forEach(sample => this._recordSample(sample, true));
+    message.cell_runs.forEach(run =>
+      upsertCellRun(record.cellRuns, cellRunOf(run))
+    );
+    message.marks.forEach(mark => addMark(record.marks, mark));
   }
 
   /** The record of the kernel followed now, created on first use. */
@@ -415,18 +529,29 @@ export class LiveConnection implements IDisposable {
     return this._records.get(this._kernelId()) ?? this._newRecord(false);
   }
 
-  /** A fresh record for the kernel followed now (after a restart: marked so). */
-  private _newRecord(restarted: boolean): IKernelRecord {
+  /**
+   * A fresh record for the kernel followed now. After a restart it is marked so, and
+   * `restartTs` (kernel clock) puts a `restart` mark on the new timeline.
+   */
+  private _newRecord(restarted: boolean, restartTs?: number): IKernelRecord {
     const kernelId = this._kernelId();
     const record: IKernelRecord = {
       history: new SeriesHistory(
         SeriesHistory.capacityFor(this._historyMinutes, this._intervalS)
       ),
+      cellRuns: [],
+      marks: [],
+      host: null,
+      lastSampleTs: null,
+      lastSampleAt: null,
       lastEvent: null,
       clearReport: null,
       pid: null,
       restartedAt: restarted ? Date.now() : null
     };
+    if (restartTs !== undefined) {
+      addMark(record.marks, { kind: 'restart', ts: restartTs });
+    }
     this._records.delete(kernelId);
     this._records.set(kernelId, record);
     // Keep the records of the last few kernels (switching back shows the past).
@@ -544,7 +669,7 @@ export class LiveConnection implements IDisposable {
           this._closeComm();
           return;
         }
-        this._notePid(message.pid);
+        this._notePid(message.pid, message.ts);
         this._setState({ kind: 'connected', hello: message });
         if (message.interval_s !== this._intervalS) {
           this._send({ method: 'configure', interval_s: this._intervalS });
@@ -552,7 +677,7 @@ export class LiveConnection implements IDisposable {
         break;
       case 'sample':
         this._latestSample = message;
-        recordSample(this.history, message);
+        this._recordSample(message, false);
         break;
       case 'facts':
         this._latestFacts = message;
@@ -560,6 +685,13 @@ export class LiveConnection implements IDisposable {
         break;
       case 'event':
         this._record().lastEvent = message;
+        addMark(this._record().marks, { kind: message.kind, ts: message.ts });
+        break;
+      case 'cell_run':
+        upsertCellRun(this._record().cellRuns, cellRunOf(message.run));
+        break;
+      case 'history':
+        this._replay(message);
         break;
       case 'isolated_started':
       case 'isolated_sample':

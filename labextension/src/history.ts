@@ -97,3 +97,78 @@ export class SeriesHistory {
   private _capacity: number;
   private _series = new Map<string, RingBuffer<IPoint>>();
 }
+
+/** One run of a cell, in kernel-clock seconds (`endedTs` null while it runs). */
+export interface ICellRun {
+  executionCount: number | null;
+  cellId: string | null;
+  startedTs: number;
+  endedTs: number | null;
+  /** `running`, `ok` or `error` (a newer kernel may send others). */
+  status: string;
+}
+
+/** A moment on the timeline: `clear_tf`, `fresh_model`, `restart`, ...; kernel clock. */
+export interface IMark {
+  kind: string;
+  ts: number;
+}
+
+/** Cell runs kept per kernel, as many as the kernel keeps. */
+export const MAX_CELL_RUNS = 500;
+/** Marks kept per kernel, as many as the kernel keeps. */
+export const MAX_MARKS = 100;
+
+/**
+ * Add or update a run in `runs` (oldest first by start). A run with the same execution
+ * count and start is the same run: its end replaces its start, whichever arrives first
+ * (live or replayed). Only the newest `MAX_CELL_RUNS` are kept.
+ *
+ * Example: `upsertCellRun(runs, {executionCount: 3, startedTs: 10, endedTs: null, ...})`.
+ */
+export function upsertCellRun(runs: ICellRun[], run: ICellRun): void {
+  let index = runs.length;
+  for (let i = runs.length - 1; i >= 0; i--) {
+    const known = runs[i];
+    if (
+      known.startedTs === run.startedTs &&
+      known.executionCount === run.executionCount
+    ) {
+      // An ended run is never turned back into a running one by an older replay.
+      if (known.endedTs === null || run.endedTs !== null) {
+        runs[i] = run;
+      }
+      return;
+    }
+    if (known.startedTs <= run.startedTs) {
+      break;
+    }
+    index = i;
+  }
+  runs.splice(index, 0, run);
+  if (runs.length > MAX_CELL_RUNS) {
+    runs.splice(0, runs.length - MAX_CELL_RUNS);
+  }
+}
+
+/**
+ * Add a mark to `marks` (oldest first) unless the same kind at the same time is there
+ * already (a live event and its replay in `history`); only the newest `MAX_MARKS` kept.
+ */
+export function addMark(marks: IMark[], mark: IMark): void {
+  let index = marks.length;
+  for (let i = marks.length - 1; i >= 0; i--) {
+    const known = marks[i];
+    if (known.ts === mark.ts && known.kind === mark.kind) {
+      return;
+    }
+    if (known.ts < mark.ts) {
+      break;
+    }
+    index = i;
+  }
+  marks.splice(index, 0, { kind: mark.kind, ts: mark.ts });
+  if (marks.length > MAX_MARKS) {
+    marks.splice(0, marks.length - MAX_MARKS);
+  }
+}

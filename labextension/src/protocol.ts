@@ -6,7 +6,7 @@
 
 export const TARGET_NAME = 'kerasmagic.live';
 /** Bumped independently of the package version: major = incompatible, minor = additive. */
-export const PROTOCOL_VERSION = '1.2.0';
+export const PROTOCOL_VERSION = '1.3.0';
 export const MIN_INTERVAL_S = 0.1;
 export const MAX_INTERVAL_S = 60;
 
@@ -56,6 +56,12 @@ export interface IHello {
   ts: number;
 }
 
+/** Since 1.3: the machine's memory (psutil.virtual_memory), in a sample. */
+export interface IHostMemory {
+  total_bytes: number;
+  available_bytes: number;
+}
+
 export interface ISample {
   method: 'sample';
   seq: number;
@@ -64,6 +70,10 @@ export interface ISample {
   tf: ITfAllocator | IUnavailable;
   gpu: Array<IGpuDevice | IUnavailable> | IUnavailable;
   sample_cost_s: number;
+  /** Since 1.3: the kernel process's CPU use since the previous sample, % of one core. */
+  cpu_pct?: MaybeNumber;
+  /** Since 1.3. */
+  host?: IHostMemory | IUnavailable;
 }
 
 export interface ILiveModel {
@@ -206,6 +216,40 @@ export interface ICellGrowth {
   cells: ICellSummary[];
 }
 
+/**
+ * Since 1.3: one run of a cell on the wire (kernel-clock seconds). `status` is `running`,
+ * `ok` or `error` (a newer kernel may add others); `ended_ts` is null while it runs.
+ */
+export interface ICellRunData {
+  execution_count: number | null;
+  cell_id: string | null;
+  started_ts: number;
+  ended_ts: number | null;
+  status: string;
+}
+
+/** Since 1.3: a cell started (ended_ts null) or ended. */
+export interface ICellRunMessage {
+  method: 'cell_run';
+  ts: number;
+  run: ICellRunData;
+}
+
+/** Since 1.3: a moment on the timeline (`clear_tf`, `fresh_model`, ...), kernel clock. */
+export interface IMarkData {
+  kind: string;
+  ts: number;
+}
+
+/** Since 1.3: what the kernel kept of the last 15 minutes, once on open (after hello). */
+export interface IHistory {
+  method: 'history';
+  ts: number;
+  samples: ISample[];
+  cell_runs: ICellRunData[];
+  marks: IMarkData[];
+}
+
 export type IsolatedMessage =
   IIsolatedStarted | IIsolatedSample | IIsolatedDone | IIsolatedJobs;
 
@@ -217,7 +261,9 @@ export type KernelMessage =
   | IClearResult
   | IErrorMessage
   | IsolatedMessage
-  | ICellGrowth;
+  | ICellGrowth
+  | ICellRunMessage
+  | IHistory;
 
 export type FrontendMessage =
   | { method: 'open'; visible?: boolean; interval_s?: number }
@@ -363,6 +409,37 @@ const cell: Check = v =>
 
 const cells: Check = v => Array.isArray(v) && v.every(cell);
 
+const host: Check = v =>
+  isUnavailable(v) ||
+  (isObject(v) && isNumber(v.total_bytes) && isNumber(v.available_bytes));
+
+const RUN_FIELDS: { [field: string]: Check } = {
+  execution_count: numberOrNull,
+  cell_id: stringOrNull,
+  started_ts: isNumber,
+  ended_ts: numberOrNull,
+  status: isString
+};
+
+const run: Check = v =>
+  isObject(v) &&
+  Object.entries(RUN_FIELDS).every(
+    ([name, check]) => name in v && check(v[name])
+  );
+
+const runs: Check = v => Array.isArray(v) && v.every(run);
+
+const marks: Check = v =>
+  Array.isArray(v) &&
+  v.every(m => isObject(m) && isString(m.kind) && isNumber(m.ts));
+
+/** `history`'s samples: each a valid `sample` message. */
+const samples: Check = v =>
+  Array.isArray(v) &&
+  v.every(
+    s => isObject(s) && s.method === 'sample' && validate(s, 'to_frontend').ok
+  );
+
 interface IFieldSpec {
   required: { [field: string]: Check };
   optional: { [field: string]: Check };
@@ -396,7 +473,8 @@ const TO_FRONTEND: { [method: string]: IFieldSpec } = {
       gpu,
       sample_cost_s: isNumber
     },
-    optional: {}
+    // Since 1.3 (a 1.2 frontend ignores them).
+    optional: { cpu_pct: numberOrUnavailable, host }
   },
   facts: {
     required: {
@@ -450,6 +528,12 @@ const TO_FRONTEND: { [method: string]: IFieldSpec } = {
       watched_cells: isNumber,
       cells
     },
+    optional: {}
+  },
+  // Since 1.3, only to a frontend that opened with 1.3 or later.
+  cell_run: { required: { ts: isNumber, run }, optional: {} },
+  history: {
+    required: { ts: isNumber, samples, cell_runs: runs, marks },
     optional: {}
   }
 };
