@@ -178,6 +178,8 @@ export interface IClearReport {
   text: string;
   /** Set when no answer came from the kernel (disconnected, not connected). */
   error?: string;
+  /** The kernel's `CleanReport.to_dict()` (ok), for the panel's compact summary. */
+  report?: { [key: string]: unknown } | null;
 }
 
 /**
@@ -398,7 +400,8 @@ export class LiveConnection implements IDisposable {
     answer.then(result => {
       record.clearReport = {
         status: result.ok ? 'ok' : 'failed',
-        text: result.text
+        text: result.text,
+        report: result.report
       };
       this._changed.emit();
     }, failed);
