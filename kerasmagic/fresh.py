@@ -90,7 +90,8 @@ class fresh_model:  # noqa: N801 - used like a function: `with fresh_model():`
             shell=shell, seed=seed, purge_hidden=purge_hidden, purge_registry=purge_registry, namespace=namespace
         )
         self._names = names
-        self._measure = measure(label)
+        self._label = label
+        self._measure: measure | None = None
         self.result: FreshModelResult | None = None
 
     def __enter__(self) -> FreshModelResult:
@@ -100,12 +101,15 @@ class fresh_model:  # noqa: N801 - used like a function: `with fresh_model():`
                 # A script: names live in the caller's module globals.
                 self._clean_args["namespace"] = sys._getframe(1).f_globals
         clean = clear_tf(*self._names, **self._clean_args)
+        # The block's new models are looked for where its names live (no shell: a script).
+        self._measure = measure(self._label, namespace=self._clean_args["namespace"])
         cell = self._measure.__enter__()
         self.result = FreshModelResult(clean, cell)
         return self.result
 
     def __exit__(self, exc_type, exc, tb) -> Literal[False]:
-        self._measure.__exit__(exc_type, exc, tb)
+        if self._measure is not None:
+            self._measure.__exit__(exc_type, exc, tb)
         if self.result is not None:  # set by __enter__
             events.publish("fresh_model", self.result.to_dict())
         return False

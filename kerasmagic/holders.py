@@ -23,9 +23,9 @@ from .probes.availability import Unavailable
 from .tables import Report, Section, format_bytes
 
 __all__ = ['LAST_EXCEPTION_HOLDERS', 'OUTPUT_CACHE_ALIASES', 'HeavyObject', 'Holder', 'HolderReport', 'collect_heavy',
-           'describe', 'exception_holders', 'find_holders', 'is_heavy', 'is_output_cache_name', 'iter_references',
-           'last_exception_refs', 'live_models', 'pins_heavy', 'running_shell', 'tensor_nbytes',
-           'user_variable_names']
+           'describe', 'exception_holders', 'find_holders', 'is_heavy', 'is_output_cache_name',
+           'iter_namespace_references', 'iter_references', 'last_exception_refs', 'live_models', 'pins_heavy',
+           'running_shell', 'tensor_nbytes', 'user_variable_names']
 
 #: Arrays and tensors smaller than this are not worth listing.
 LARGE_OBJECT_BYTES = 1 << 20
@@ -247,6 +247,22 @@ def exception_holders(shell=None) -> Iterator[tuple[str, Any]]:
         for local_name, local_value in list(frame.f_locals.items()):
             yield (f"last exception ({label}): frame {frame.f_code.co_name}() local {local_name!r} "
                    f"via {', '.join(via)}", local_value)
+
+
+def iter_namespace_references(namespace: dict[str, Any]) -> Iterator[Holder]:
+    """What a script's variables hold (one level into containers, as for a notebook's).
+
+    Dunder names (``__builtins__``, ``__name__``) are the interpreter's, not the user's.
+
+    Example:
+        >>> [h.where for h in iter_namespace_references({"pair": [1, 2], "__name__": "x"})]
+        ['pair', 'pair[0]', 'pair[1]']
+    """
+    for name, value in list(namespace.items()):
+        if name.startswith("__") and name.endswith("__"):
+            continue
+        for where, item in _children(name, value):
+            yield Holder(where, "history" if where.endswith(".model") else "variable", item)
 
 
 def iter_references(shell) -> Iterator[Holder]:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import sys
 import time
+import weakref
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from .holders import iter_namespace_references, iter_references, running_shell
 from .probes import keras as keras_probe
 from .probes import nvml as nvml_probe
 from .probes import process as process_probe
@@ -56,6 +59,57 @@ def _safe(probe, what: str) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
+def _models_in_reach(shell, namespace: dict[str, Any] | None) -> dict[int, tuple[Any, list[str]]]:
+    """The Keras models the session can reach, by identity, each with where it is held.
+
+    In IPython that is the walk ``%tf_mem --who`` does (variables, the output cache, the last
+    exception); in a script, the variables of ``namespace``. No scan of every object: a
+    measured cell stays cheap in a big session, and Keras' own inner models (a loaded
+    ``Sequential`` keeps a ``Functional`` alive) are not mistaken for the user's.
+    """
+    classes = keras_probe.model_classes()
+    if not classes:
+        return {}
+    found: dict[int, tuple[Any, list[str]]] = {}
+    holders = iter_references(shell) if shell is not None else iter_namespace_references(namespace or {})
+    for holder in holders:
+        if isinstance(holder.obj, classes):
+            _, places = found.setdefault(id(holder.obj), (holder.obj, []))
+            if holder.where not in places:
+                places.append(holder.where)
+    return found
+
+
+def _guarded_models_in_reach(shell, namespace: dict[str, Any] | None) -> dict[int, tuple[Any, list[str]]]:
+    found = guarded(lambda: _models_in_reach(shell, namespace), "finding models")
+    return found if isinstance(found, dict) else {}
+
+
+def _new_model_facts(model: Any, held_by: list[str]) -> dict[str, Any]:
+    facts = keras_probe.model_footprint(model)
+    facts["held_by"] = held_by[:3]
+    facts["optimizer_state"] = keras_probe.optimizer_state_origin(model)
+    return facts
+
+
+def _new_models_section(models: list[dict[str, Any]]) -> Section:
+    section = Section("New models in this cell")
+    for model in models:
+        weights, optimizer = model.get("weight_bytes"), model.get("optimizer_bytes")
+        total = weights + optimizer if isinstance(weights, int) and isinstance(optimizer, int) else weights
+        held = ", ".join(model.get("held_by") or []) or "no variable of the notebook"
+        section.add(f"{model['class']} '{model['name']}'", format_bytes(total),
+                    f"weights {format_bytes(weights)}, optimizer state {format_bytes(optimizer)}; held by {held}")
+        if model.get("optimizer_state") == "restored" and isinstance(optimizer, int) and optimizer > 0:
+            ratio = f" ({optimizer / weights:.1f}x the weights)" if isinstance(weights, int) and weights else ""
+            section.notes.append(
+                f"'{model['name']}' came with its optimizer state, {format_bytes(optimizer)}{ratio}: "
+                "load_model(..., compile=True) restores it for further training. For inference, "
+                "load_model(path, compile=False) leaves it out."
+            )
+    return section
+
+
 #: ``measure`` blocks running now, outermost first (nested blocks fold their peaks outward).
 _active_measures: list[measure] = []
 
@@ -94,6 +148,10 @@ class CellMeasurement(Record, Report):
     gpu_after: dict[str, Any] = field(default_factory=dict, metadata=wire("gpu_process_after_bytes"))
     counters_before: dict[str, Any] = field(default_factory=dict)
     counters_after: dict[str, Any] = field(default_factory=dict)
+    #: Keras models reachable after the block that were not before it (created or loaded
+    #: in it): name, class, weight_bytes, optimizer_bytes, held_by, optimizer_state (see
+    #: ``probes.keras.optimizer_state_origin``).
+    new_models: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def rss_delta_bytes(self) -> int:
@@ -147,6 +205,8 @@ class CellMeasurement(Record, Report):
                 graph.add("name counters", ", ".join(f"{k}={v}" for k, v in sorted(grown.items())[:5]),
                           "changed in this cell")
         sections.append(graph)
+        if self.new_models:
+            sections.append(_new_models_section(self.new_models))
         return sections
 
 
@@ -154,7 +214,13 @@ class measure:  # noqa: N801 - lower case on purpose: used like a function, `wit
     """Measure a block: RSS change and exact peak, TF allocator change and peak, GPU, graph.
 
     The measurement is filled in even when the block raises; the exception propagates
-    unchanged.
+    unchanged. ``new_models`` lists the Keras models the block created or loaded that
+    the notebook (or, in a script, ``namespace``) can reach afterwards.
+
+    Args:
+        label: the name the report gives the block.
+        namespace: where a script's variables live (default: the globals of the module
+            that enters the block); ignored in IPython, whose namespace is walked instead.
 
     Example:
         >>> from kerasmagic import measure
@@ -165,16 +231,25 @@ class measure:  # noqa: N801 - lower case on purpose: used like a function, `wit
         True
     """
 
-    def __init__(self, label: str = "cell") -> None:
+    def __init__(self, label: str = "cell", namespace: dict[str, Any] | None = None) -> None:
         self.result = CellMeasurement(label)
+        self._namespace = namespace
         self._peak = process_probe.PeakRss()
         self._tf_peak_carried: dict[str, Any] = {}
         self._t0 = 0.0
+        self._shell: Any = None
+        # Weak, so that measuring a block never keeps a model alive that the block deletes.
+        self._models_before: dict[int, weakref.ref] = {}
 
     def __enter__(self) -> CellMeasurement:
         result = self.result
         # Every probe is guarded: a failing probe costs a figure, never the user's cell.
         result.counters_before = _counters()
+        self._shell = running_shell()
+        if self._shell is None and self._namespace is None:
+            self._namespace = sys._getframe(1).f_globals
+        reachable = _guarded_models_in_reach(self._shell, self._namespace)
+        self._models_before = {key: weakref.ref(model) for key, (model, _) in reachable.items()}
         result.gpu_before = _safe(_gpu_process_bytes, "reading NVML")
         result.tf_before = _safe(_tf_in_use, "reading TensorFlow's allocator")
         # TF's peak counters are per process, like VmHWM: keep what the blocks around this one
@@ -205,6 +280,12 @@ class measure:  # noqa: N801 - lower case on purpose: used like a function, `wit
             result.tf_peak = dict(self._tf_peak_carried)
         result.gpu_after = _safe(_gpu_process_bytes, "reading NVML")
         result.counters_after = _counters()
+        reachable = _guarded_models_in_reach(self._shell, self._namespace)
+        result.new_models = [
+            _new_model_facts(model, held_by) for key, (model, held_by) in reachable.items()
+            if key not in self._models_before or self._models_before[key]() is not model
+        ]
+        self._models_before = {}
         if exc_type is not None:
             result.error = exc_type.__name__
         return False

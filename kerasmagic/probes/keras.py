@@ -14,7 +14,7 @@ from typing import Any
 from .availability import Unavailable, guarded
 
 __all__ = ['backend', 'history_classes', 'iter_models', 'keras3', 'model_classes', 'model_footprint', 'name_counters',
-           'snapshot', 'status', 'tf_keras', 'version']
+           'optimizer_state_origin', 'snapshot', 'status', 'tf_keras', 'version']
 
 
 def keras3():
@@ -174,6 +174,33 @@ def model_footprint(model) -> dict[str, Any]:
             lambda: _variable_bytes(optimizer_variables or []), "sizing optimizer state"
         ),
     }
+
+
+def optimizer_state_origin(model) -> str:
+    """Where a model's optimizer state came from: ``none``, ``not_built``, ``trained`` or ``restored``.
+
+    ``restored`` means the optimizer holds its slot variables although this process never
+    built a training step for the model: they came with it, which is what
+    ``load_model(path, compile=True)`` does (Keras 3 calls ``optimizer.build()`` while
+    loading, then reads the saved slots). Those bytes serve only further training; for
+    inference ``compile=False`` skips them. ``train_function`` is how we tell: ``fit`` and
+    ``train_on_batch`` set it on their first step, loading leaves it None.
+
+    Example:
+        >>> model = keras.models.load_model("trained.keras")         # doctest: +SKIP
+        >>> optimizer_state_origin(model)                             # doctest: +SKIP
+        'restored'
+        >>> optimizer_state_origin(object())
+        'none'
+    """
+    optimizer = getattr(model, "optimizer", None)
+    if optimizer is None:
+        return "none"
+    if not getattr(optimizer, "built", False):
+        return "not_built"
+    if getattr(model, "train_function", None) is None:
+        return "restored"
+    return "trained"
 
 
 def iter_models(objects) -> Iterator[Any]:

@@ -1,0 +1,109 @@
+"""`%%tf_mem` and `%%fresh_model` name the models a cell created or loaded, and what each costs.
+
+The question behind it ("load_model uses 5 GB, the weights are 200 MB"): a `.keras` file saved
+after training carries the optimizer's slots, and `load_model(compile=True)` builds them again.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from shell_helpers import run
+
+pytestmark = [pytest.mark.shell, pytest.mark.frameworks]
+
+SAVE_A_TRAINED_MODEL = """
+import os, tempfile
+import numpy as np
+import keras
+
+def make_model():
+    model = keras.Sequential([keras.Input((64,)), keras.layers.Dense(256), keras.layers.Dense(2)])
+    model.compile(optimizer="adam", loss="mse")
+    return model
+
+trained = make_model()
+trained.fit(np.zeros((8, 64)), np.zeros((8, 2)), verbose=0)
+path = os.path.join(tempfile.mkdtemp(), "trained.keras")
+trained.save(path)
+"""
+
+WEIGHT_BYTES = (64 * 256 + 256 + 256 * 2 + 2) * 4  # float32
+
+
+@pytest.fixture
+def saved(shell):
+    run(shell, SAVE_A_TRAINED_MODEL)
+    yield shell
+    run(shell, "import shutil; shutil.rmtree(os.path.dirname(path))")
+
+
+def test_load_model_with_compile_reports_the_restored_optimizer_state_and_the_remedy(saved):
+    shell = saved
+    run(shell, "%%tf_mem -q --as m\nloaded = keras.models.load_model(path)")
+    (model,) = shell.user_ns["m"].new_models
+    assert model["class"] == "Sequential" and model["held_by"] == ["loaded"]
+    assert model["weight_bytes"] == WEIGHT_BYTES
+    # Adam keeps two slots per weight: the file's optimizer state comes back at twice the weights.
+    assert model["optimizer_bytes"] >= 2 * WEIGHT_BYTES
+    assert model["optimizer_state"] == "restored"
+    text = str(shell.user_ns["m"])
+    assert "New models in this cell" in text
+    assert "load_model(path, compile=False) leaves it out" in text
+    assert shell.user_ns["m"].to_dict()["new_models"][0]["optimizer_state"] == "restored"
+
+
+def test_compile_false_brings_no_optimizer_state_and_no_advice(saved):
+    shell = saved
+    run(shell, "%%tf_mem -q --as m\nfor_inference = keras.models.load_model(path, compile=False)")
+    (model,) = shell.user_ns["m"].new_models
+    assert model["optimizer_bytes"] == 0 and model["optimizer_state"] == "none"
+    assert "compile=False" not in str(shell.user_ns["m"])
+
+
+def test_models_that_existed_before_the_cell_are_not_new(saved):
+    shell = saved
+    run(shell, "%%tf_mem -q --as m\nalias = trained\nalso = [trained]")
+    assert shell.user_ns["m"].new_models == []
+    assert "New models" not in str(shell.user_ns["m"])
+
+
+def test_a_model_trained_in_the_cell_is_new_and_not_called_restored(saved):
+    shell = saved
+    run(shell, "%%fresh_model -q --as r\n"
+               "fresh = make_model()\nfresh.fit(np.zeros((8, 64)), np.zeros((8, 2)), verbose=0)")
+    result = shell.user_ns["r"]
+    (model,) = result.cell.new_models
+    assert model["held_by"] == ["fresh"] and model["optimizer_state"] == "trained"
+    assert model["optimizer_bytes"] >= 2 * WEIGHT_BYTES
+    text = str(result)
+    assert "New models in this cell" in text and "compile=False" not in text
+
+
+def test_a_model_deleted_in_the_cell_is_not_kept_alive_by_the_measurement(saved):
+    shell = saved
+    run(shell, "import weakref, gc\nref = weakref.ref(trained)")
+    run(shell, "%%tf_mem -q --as m\ndel trained\ngc.collect()")
+    run(shell, "gc.collect()")
+    assert shell.user_ns["m"].new_models == []
+    run(shell, "%clear_tf -q")
+    assert shell.user_ns["ref"]() is None, "the measurement must hold models weakly"
+
+
+def test_in_a_script_the_module_globals_are_walked():
+    # No IPython: the variables of the module that enters the block, and only the user's
+    # model (a loaded Sequential keeps an inner Functional alive that a gc scan would list).
+    script = (
+        "import os\nos.environ['TF_CPP_MIN_LOG_LEVEL'] = '3'\n"
+        + SAVE_A_TRAINED_MODEL
+        + "from kerasmagic import measure\n"
+        "with measure('load') as m:\n"
+        "    loaded = keras.models.load_model(path)\n"
+        "print([(x['optimizer_state'], x['held_by']) for x in m.new_models])\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "[('restored', ['loaded'])]"
