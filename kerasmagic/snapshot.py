@@ -7,15 +7,20 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .holders import HolderReport, collect_heavy, find_holders, running_shell
+from .probes import jax_devices as jax_probe
 from .probes import keras as keras_probe
 from .probes import nvml as nvml_probe
 from .probes import process as process_probe
 from .probes import tensorflow as tf_probe
+from .probes import torch_cuda as torch_probe
 from .probes.availability import Unavailable, guarded, to_jsonable
 from .records import Record
 from .tables import Report, Section, format_bytes, format_value
 
 __all__ = ['MemorySnapshot', 'session_facts', 'tf_mem']
+
+#: A pool's unused part below this is not worth a paragraph of advice.
+_WORTH_A_NOTE_BYTES = 64 * 2**20
 
 
 def _model_facts(shell) -> list[dict[str, Any]]:
@@ -71,6 +76,8 @@ class MemorySnapshot(Record, Report):
     nvml: dict[str, Any]
     models: list[dict[str, Any]]
     holders: HolderReport | None
+    torch: dict[str, Any] = field(default_factory=dict)
+    jax: dict[str, Any] = field(default_factory=dict)
 
     def _title(self) -> str:
         return "kerasmagic: memory of this kernel"
@@ -121,24 +128,109 @@ class MemorySnapshot(Record, Report):
         devices = self.nvml["devices"]
         if isinstance(devices, Unavailable):
             section.notes.append(f"no GPU view: {devices.detail or devices.reason}")
-            return section
-        tf_allocator = self.tensorflow.get("allocator")
-        for device in devices:
-            if isinstance(device, Unavailable):
-                section.notes.append(str(device))
-                continue
-            index = device["index"]
-            section.add(
-                f"GPU {index} ({device['name']}) used, all processes",
-                f"{format_bytes(device['used_bytes'])} / {format_bytes(device['total_bytes'])}",
-                "NVML",
-            )
-            section.add(f"GPU {index} this process", format_bytes(device["process_used_bytes"]), "NVML")
-            tf_stats = tf_allocator.get(f"GPU:{index}") if isinstance(tf_allocator, dict) else None
-            if tf_stats:
-                section.add(f"GPU {index} TF in use", format_bytes(tf_stats["in_use_bytes"]), "TF allocator")
-            section.add(f"GPU {index} utilisation", format_value(device["utilisation_pct"]) + " %", "NVML")
+        else:
+            tf_allocator = self.tensorflow.get("allocator")
+            for device in devices:
+                if isinstance(device, Unavailable):
+                    section.notes.append(str(device))
+                    continue
+                self._nvml_device_rows(section, device, tf_allocator)
+        self._torch_rows(section)
+        self._jax_rows(section)
+        self._context_row(section)
         return section
+
+    def _context_row(self, section: Section) -> None:
+        """What NVML counts for this process beyond every framework's pool: CUDA contexts, libraries."""
+        ours = self._nvml_process_total()
+        pools, whose = 0, []
+        torch_allocator = (self.torch or {}).get("allocator")
+        if isinstance(torch_allocator, dict) and torch_allocator:
+            pools += sum(stats["reserved_bytes"] for stats in torch_allocator.values())
+            whose.append("torch reserved")
+        jax_allocator = (self.jax or {}).get("allocator")
+        if isinstance(jax_allocator, dict) and jax_allocator:
+            pools += sum(stats["pool_bytes"] or 0 for stats in jax_allocator.values())
+            whose.append("JAX pool")
+        tf_allocator = self.tensorflow.get("allocator")
+        if isinstance(tf_allocator, dict):
+            gpu = [stats for device, stats in tf_allocator.items() if device.startswith("GPU:")]
+            if gpu:
+                pools += sum(stats["in_use_bytes"] + (stats.get("held_unused_min_bytes") or 0) for stats in gpu)
+                whose.append("TF pool (at least)")
+        if ours is not None and whose and ours >= pools:
+            section.add("CUDA context and libraries", "≈ " + format_bytes(ours - pools),
+                        "NVML this process − " + " − ".join(whose))
+
+    @staticmethod
+    def _nvml_device_rows(section: Section, device: dict[str, Any], tf_allocator: Any) -> None:
+        index = device["index"]
+        section.add(
+            f"GPU {index} ({device['name']}) used, all processes",
+            f"{format_bytes(device['used_bytes'])} / {format_bytes(device['total_bytes'])}",
+            "NVML",
+        )
+        section.add(f"GPU {index} this process", format_bytes(device["process_used_bytes"]), "NVML")
+        tf_stats = tf_allocator.get(f"GPU:{index}") if isinstance(tf_allocator, dict) else None
+        if tf_stats:
+            section.add(f"GPU {index} TF in use", format_bytes(tf_stats["in_use_bytes"]), "TF allocator")
+            unused = tf_stats.get("held_unused_min_bytes")
+            section.add(f"GPU {index} TF held, unused", "≥ " + format_bytes(unused), "TF pool high-water − in use")
+            if isinstance(unused, int) and unused >= _WORTH_A_NOTE_BYTES:
+                section.notes.append(
+                    f"TensorFlow keeps {format_bytes(unused)} of GPU {index} in its pool until the process "
+                    "ends. Memory growth (tf.config.experimental.set_memory_growth, or "
+                    "TF_FORCE_GPU_ALLOW_GROWTH=true) takes only what is used, but only if set before TF "
+                    "first touches the GPU: restart the kernel, or run the work with %%fresh_model --isolate."
+                )
+        section.add(f"GPU {index} utilisation", format_value(device["utilisation_pct"]) + " %", "NVML")
+
+    def _torch_rows(self, section: Section) -> None:
+        allocator = (self.torch or {}).get("allocator")
+        if not isinstance(allocator, dict):
+            return
+        for device, stats in allocator.items():
+            section.add(f"torch {device} allocated", format_bytes(stats["allocated_bytes"]), "torch allocator")
+            section.add(f"torch {device} reserved", format_bytes(stats["reserved_bytes"]),
+                        "torch caching allocator (allocated + cached)")
+            section.add(f"torch {device} peak allocated", format_bytes(stats["peak_allocated_bytes"]),
+                        "torch, since start or reset_peak_memory_stats()")
+            unused = stats["held_unused_bytes"]
+            section.add(f"torch {device} held, unused", format_bytes(unused), "reserved − allocated")
+            if unused >= _WORTH_A_NOTE_BYTES:
+                section.notes.append(
+                    f"torch keeps {format_bytes(unused)} of freed blocks cached on {device}: %clear_tf hands "
+                    "them back (torch.cuda.empty_cache()), no restart needed."
+                )
+
+    def _jax_rows(self, section: Section) -> None:
+        allocator = (self.jax or {}).get("allocator")
+        if not isinstance(allocator, dict):
+            return
+        for device, stats in allocator.items():
+            section.add(f"JAX {device} in use", format_bytes(stats["in_use_bytes"]), "JAX allocator")
+            section.add(f"JAX {device} peak", format_bytes(stats["peak_bytes"]), "JAX allocator")
+            section.add(f"JAX {device} pool / limit",
+                        f"{format_bytes(stats['pool_bytes'])} / {format_bytes(stats['limit_bytes'])}",
+                        "JAX allocator (XLA BFC pool)")
+            unused = stats["held_unused_bytes"]
+            section.add(f"JAX {device} held, unused", format_bytes(unused), "pool − in use")
+            if isinstance(unused, int) and unused >= _WORTH_A_NOTE_BYTES:
+                section.notes.append(
+                    f"JAX holds {format_bytes(unused)} of {device} that it does not use "
+                    f"({self.jax.get('preallocation', 'default preallocation')}). "
+                    "XLA_PYTHON_CLIENT_PREALLOCATE=false (or XLA_PYTHON_CLIENT_MEM_FRACTION=.25) "
+                    "takes only what is used, but only if set before JAX starts: restart the kernel "
+                    "with it set, or run the work with %%fresh_model --isolate."
+                )
+
+    def _nvml_process_total(self) -> int | None:
+        devices = self.nvml["devices"]
+        if isinstance(devices, Unavailable):
+            return None
+        used = [d["process_used_bytes"] for d in devices
+                if not isinstance(d, Unavailable) and isinstance(d.get("process_used_bytes"), int)]
+        return sum(used) if used else None
 
     def _keras_section(self) -> Section:
         section = Section("Keras")
@@ -189,4 +281,6 @@ def tf_mem(shell=None, who: bool = False) -> MemorySnapshot:
         nvml=nvml_probe.snapshot(),
         models=_model_facts(shell),
         holders=find_holders(shell) if who else None,
+        torch=torch_probe.snapshot(),
+        jax=jax_probe.snapshot(),
     )

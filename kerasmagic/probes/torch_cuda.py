@@ -1,0 +1,57 @@
+"""torch's CUDA caching allocator, read only where the user's torch has already started CUDA.
+
+torch keeps the blocks of freed tensors reserved for reuse: ``memory_reserved()`` minus
+``memory_allocated()`` is memory this process holds on the GPU and uses for nothing until
+``torch.cuda.empty_cache()`` hands it back (``%clear_tf`` does). What NVML counts for the
+process beyond ``memory_reserved()`` is the CUDA context and the libraries' own buffers
+(cuBLAS, cuDNN workspaces): on an H100, 518 MiB, exactly what NVML read after empty_cache().
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from .availability import Unavailable, guarded
+
+__all__ = ['allocator_stats', 'snapshot']
+
+
+def allocator_stats() -> dict[str, dict[str, int]] | Unavailable:
+    """Per CUDA device: allocated, reserved, peak allocated and held-unused bytes.
+
+    Device names are torch's (``cuda:0`` is the first device ``CUDA_VISIBLE_DEVICES``
+    lets the process see, not NVML's GPU 0).
+
+    Example:
+        >>> allocator_stats()          # torch not imported
+        Unavailable(reason='not_imported', detail='torch is not imported in this process')
+    """
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return Unavailable("not_imported", "torch is not imported in this process")
+    cuda = getattr(torch, "cuda", None)
+    # is_initialized() starts nothing; device_count() or memory_allocated() on a process
+    # that never used CUDA could, and a kernel that starts CUDA can no longer fork templates.
+    if cuda is None or not cuda.is_initialized():
+        return Unavailable("not_started", "torch has not initialised CUDA in this process")
+    stats = {}
+    for index in range(cuda.device_count()):
+        allocated, reserved = int(cuda.memory_allocated(index)), int(cuda.memory_reserved(index))
+        stats[f"cuda:{index}"] = {
+            "allocated_bytes": allocated,
+            "reserved_bytes": reserved,
+            "peak_allocated_bytes": int(cuda.max_memory_allocated(index)),
+            "held_unused_bytes": max(reserved - allocated, 0),
+        }
+    return stats
+
+
+def snapshot() -> dict[str, Any]:
+    """torch's allocator facts as JSON-able values; starts nothing.
+
+    Example:
+        >>> snapshot()["allocator"]
+        Unavailable(reason='not_imported', detail='torch is not imported in this process')
+    """
+    return {"allocator": guarded(allocator_stats, "reading torch's CUDA allocator")}

@@ -1,0 +1,176 @@
+"""`%tf_mem`'s allocator view for torch and JAX, against readings recorded on an H100.
+
+No GPU here, and torch cannot be installed (no CPU-only wheel): `torch`, `jax` and `pynvml` are
+stand-ins that answer with what the real ones answered on the GPU machine
+(benchmarks/results/h100-2026-11-22/allocator_readings.json, taken by
+benchmarks/gpu_readings.py). The numbers, the held-unused arithmetic and the advice are ours.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from kerasmagic import tf_mem
+from kerasmagic.probes import nvml
+
+pytestmark = pytest.mark.unit
+
+READINGS = json.loads(
+    (Path(__file__).parents[2] / "benchmarks/results/h100-2026-11-22/allocator_readings.json").read_text()
+)
+
+
+def _moment(run: str, name: str) -> dict:
+    (moment,) = [m for m in READINGS[run]["moments"] if m["moment"] == name]
+    return moment
+
+
+class RecordedNVML:
+    """One H100 as NVML read it at a recorded moment, this process its only user."""
+
+    class NVMLError(Exception):
+        pass
+
+    def __init__(self, reading: dict) -> None:
+        self.reading = reading
+
+    def nvmlInit(self):
+        pass
+
+    def nvmlShutdown(self):
+        pass
+
+    def nvmlDeviceGetCount(self):
+        return 1
+
+    def nvmlDeviceGetHandleByIndex(self, index):
+        return index
+
+    def nvmlDeviceGetName(self, handle):
+        return "NVIDIA H100 80GB HBM3"
+
+    def nvmlDeviceGetMemoryInfo(self, handle):
+        return SimpleNamespace(used=self.reading["used_bytes"], total=self.reading["total_bytes"])
+
+    def nvmlDeviceGetUtilizationRates(self, handle):
+        return SimpleNamespace(gpu=0)
+
+    def nvmlDeviceGetComputeRunningProcesses(self, handle):
+        return [SimpleNamespace(pid=os.getpid(), usedGpuMemory=self.reading["this_process_bytes"])]
+
+
+@pytest.fixture
+def recorded_gpu(monkeypatch):
+    def use(reading: dict) -> None:
+        fake = RecordedNVML(reading)
+        monkeypatch.setattr(nvml, "_pynvml", lambda: fake)
+        monkeypatch.setattr(nvml, "_init_state", None)
+
+    yield use
+    monkeypatch.setattr(nvml, "_init_state", None)
+
+
+def _stand_in_torch(monkeypatch, reading: dict | None) -> None:
+    """torch whose CUDA is started (`reading`) or not (None: any device query is a bug)."""
+
+    def started_only(value):
+        def query(index=0):
+            assert reading is not None, "the probe queried CUDA that torch never started"
+            return value
+        return query
+
+    stats = reading or {}
+    cuda = SimpleNamespace(
+        is_initialized=lambda: reading is not None, device_count=started_only(1),
+        memory_allocated=started_only(stats.get("allocated")), memory_reserved=started_only(stats.get("reserved")),
+        max_memory_allocated=started_only(stats.get("max_allocated")),
+    )
+    monkeypatch.setitem(sys.modules, "torch", SimpleNamespace(cuda=cuda))
+
+
+def _stand_in_jax(monkeypatch, stats: dict | None) -> None:
+    """JAX whose GPU backend started with `stats`, or whose backend never started (None)."""
+
+    def local_devices():
+        assert stats is not None, "the probe started JAX's backend"
+        return [SimpleNamespace(platform="gpu", id=0, memory_stats=lambda: stats)]
+
+    monkeypatch.setitem(sys.modules, "jax", SimpleNamespace(local_devices=local_devices))
+    monkeypatch.setitem(sys.modules, "jax._src.xla_bridge",
+                        SimpleNamespace(backends_are_initialized=lambda: stats is not None))
+
+
+def test_torch_cache_kept_after_freeing_everything_is_held_unused_with_the_remedy(monkeypatch, recorded_gpu):
+    moment = _moment("torch", "everything freed, cache kept")
+    recorded_gpu(moment["nvml"])
+    _stand_in_torch(monkeypatch, moment["torch"])
+    snap = tf_mem()
+    stats = snap.to_dict()["torch"]["allocator"]["cuda:0"]
+    assert stats == {"allocated_bytes": 0, "reserved_bytes": 3 * 2**30, "peak_allocated_bytes": 3 * 2**30,
+                     "held_unused_bytes": 3 * 2**30}
+    text = str(snap)
+    assert "torch cuda:0 held, unused" in text and "3.00 GiB" in text
+    assert "%clear_tf hands them back (torch.cuda.empty_cache()), no restart needed" in text
+
+
+def test_the_cuda_context_estimate_matches_what_nvml_read_after_empty_cache(monkeypatch, recorded_gpu):
+    # NVML this process − torch reserved, at a moment with 3 GiB cached, must be what NVML
+    # read once empty_cache() had returned everything: the context and libraries alone.
+    moment = _moment("torch", "everything freed, cache kept")
+    after = _moment("torch", "after empty_cache()")
+    recorded_gpu(moment["nvml"])
+    _stand_in_torch(monkeypatch, moment["torch"])
+    context = moment["nvml"]["this_process_bytes"] - moment["torch"]["reserved"]
+    assert context == after["nvml"]["this_process_bytes"] == 543162368
+    assert "CUDA context and libraries" in str(tf_mem()) and "≈ 518 MiB" in str(tf_mem())
+
+
+def test_torch_without_a_cache_gets_no_advice(monkeypatch, recorded_gpu):
+    moment = _moment("torch", "2 GiB allocated")
+    recorded_gpu(moment["nvml"])
+    _stand_in_torch(monkeypatch, moment["torch"])
+    text = str(tf_mem())
+    assert "torch cuda:0 allocated" in text and "torch cuda:0 held, unused" in text
+    assert "no restart needed" not in text
+
+
+def test_jax_default_preallocation_is_named_with_the_variable_and_the_restart(monkeypatch, recorded_gpu):
+    moment = _moment("jax default preallocation", "512 MiB array")
+    recorded_gpu(moment["nvml"])
+    _stand_in_jax(monkeypatch, moment["jax"])
+    monkeypatch.delenv("XLA_PYTHON_CLIENT_PREALLOCATE", raising=False)
+    monkeypatch.delenv("XLA_PYTHON_CLIENT_MEM_FRACTION", raising=False)
+    snap = tf_mem()
+    stats = snap.to_dict()["jax"]["allocator"]["gpu:0"]
+    assert stats["in_use_bytes"] == 512 * 2**20
+    assert stats["held_unused_bytes"] == 63763906560 - 512 * 2**20
+    text = str(snap)
+    assert "GPU 0 this process" in text and "59.9 GiB" in text  # what users saw, and nothing else
+    assert "JAX holds 58.9 GiB of gpu:0 that it does not use (default: 75 % of each GPU at start)" in text
+    assert "XLA_PYTHON_CLIENT_PREALLOCATE=false" in text and "restart the kernel" in text
+    assert "%%fresh_model --isolate" in text
+
+
+def test_jax_without_preallocation_gets_no_advice(monkeypatch, recorded_gpu):
+    moment = _moment("jax preallocate=false", "512 MiB array")
+    recorded_gpu(moment["nvml"])
+    _stand_in_jax(monkeypatch, moment["jax"])
+    monkeypatch.setenv("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+    snap = tf_mem()
+    assert snap.jax["allocator"]["gpu:0"]["held_unused_bytes"] == 538968064 - 536870912
+    assert snap.jax["preallocation"] == "XLA_PYTHON_CLIENT_PREALLOCATE=false"
+    assert "XLA_PYTHON_CLIENT_PREALLOCATE=false (or" not in str(snap)
+
+
+def test_frameworks_that_never_started_the_gpu_are_not_started_by_the_probe(monkeypatch):
+    _stand_in_torch(monkeypatch, None)
+    _stand_in_jax(monkeypatch, None)
+    snap = tf_mem().to_dict()
+    assert snap["torch"]["allocator"]["reason"] == "not_started"
+    assert snap["jax"]["allocator"]["reason"] == "not_started"
