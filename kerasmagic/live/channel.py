@@ -21,6 +21,7 @@ from .._version import __version__
 from ..probes import Unavailable, nvml, to_jsonable
 from ..probes import tensorflow as tf_probe
 from . import jobs as isolated_jobs
+from .history import KernelHistory
 from .protocol import (
     PROTOCOL_VERSION,
     TARGET_NAME,
@@ -44,6 +45,8 @@ _MESSAGE_LIMIT = 500
 _JOBS_MINOR = 1
 #: The protocol minor version that added the ``cell_growth`` message (the leak watch).
 _CELLS_MINOR = 2
+#: The protocol minor version that added ``cell_run`` and ``history`` (the timeline).
+_TIMELINE_MINOR = 3
 
 _channel: LiveChannel | None = None
 
@@ -123,7 +126,14 @@ class LiveChannel:
         # Targets whose failure was logged already: the sampler broadcasts every interval, and
         # a dead frontend must not print a traceback per tick into the notebook.
         self._failing: set[Any] = set()
-        self.sampler = Sampler(self.broadcast, interval_s=interval_s)
+        #: Samples, cell runs and marks of the last minutes, for a sidebar that attaches later.
+        self.history = KernelHistory()
+        # The runs begun in pre_run_cell and not ended yet (a cell can run a cell: a stack).
+        self._running: list[dict[str, Any]] = []
+        #: The last ``facts`` read on the main thread: what a comm opened on another thread
+        #: (a kernel subshell, while a cell runs) gets until the main thread is free again.
+        self.last_facts: dict[str, Any] | None = None
+        self.sampler = Sampler(self._on_sample, interval_s=interval_s)
         #: Isolated jobs (running and the last few finished), kept for sidebars that attach later.
         self.isolated = isolated_jobs.IsolatedJobs()
         self._unsubscribe = events.subscribe(self._on_event)
@@ -259,9 +269,11 @@ class LiveChannel:
                 # A 1.0 frontend does not know the isolated_* methods: it would log each one.
                 "jobs": speaks_at_least(peer_version, _JOBS_MINOR),
                 "cells": speaks_at_least(peer_version, _CELLS_MINOR),
+                "timeline": speaks_at_least(peer_version, _TIMELINE_MINOR),
             }
         comm.on_msg(self.on_msg)
         comm.on_close(self.on_close)
+        _route_as_addressed(comm)
         if "interval_s" in options:
             self.sampler.set_interval(options["interval_s"])
         self._send(
@@ -276,6 +288,8 @@ class LiveChannel:
             },
             metadata={"protocol_version": PROTOCOL_VERSION},
         )
+        if self._listeners.get(comm.comm_id, {}).get("timeline"):
+            self._send(comm, to_jsonable(self.history.message()))
         self._push_now(comm)
         self._update_sampler()
 
@@ -307,7 +321,10 @@ class LiveChannel:
         elif method == "refresh":
             self._push_now(comm)
         elif method == "clear":
-            self._clear(comm, data["request_id"])
+            request_id = data["request_id"]
+            # clear_tf changes Keras' per-thread state: only the main thread may run it (after
+            # the running cell), whichever thread the request arrived on.
+            self._on_main(lambda: self._clear(comm, request_id))
         elif method == "open":
             raise ProtocolError("bad_message", "this comm is already open", method)
 
@@ -319,17 +336,65 @@ class LiveChannel:
         self._failing.discard(("comm", comm_id))
         self._update_sampler()
 
+    # ---- threads ------------------------------------------------------------------------------
+    @staticmethod
+    def _on_main_thread() -> bool:
+        return threading.current_thread() is threading.main_thread()
+
+    def _on_main(self, work: Callable[[], None]) -> None:
+        """Run ``work`` on the kernel's main thread: now if we are on it, else as soon as it is
+        free (ipykernel's main event loop runs it after the running cell)."""
+        if self._on_main_thread():
+            work()
+            return
+        loop = getattr(getattr(self.shell, "kernel", None), "io_loop", None)
+        if loop is None:  # not an ipykernel we know; running it here is what 1.2 did
+            work()
+            return
+        loop.add_callback(self._guarded, work)
+
+    @staticmethod
+    def _guarded(work: Callable[[], None]) -> None:
+        try:
+            work()
+        except Exception:  # an exception here would land in the kernel's event loop log only
+            logger.exception("kerasmagic.live: work handed to the main thread failed")
+
     # ---- pushes ---------------------------------------------------------------------------
+    def _on_sample(self, sample: dict[str, Any]) -> None:
+        """The sampler's tick: keep it for the history, send it to whoever looks."""
+        self.history.add_sample(sample)
+        self.broadcast(sample)
+
+    def _take_sample(self) -> dict[str, Any]:
+        sample = self.sampler.take()
+        self.history.add_sample(sample)
+        return sample
+
     def _push_now(self, comm) -> None:
-        """Facts (we are on the main thread here), a sample and the isolated jobs, to one frontend."""
-        for message in self.messages_now():
-            self._send(comm, message)
+        """Facts, a sample, the isolated jobs and the leak watch, to one frontend.
+
+        Off the main thread (a comm served by a kernel subshell while a cell runs) the facts are
+        the last main-thread reading, as its ``execution_count`` and ``ts`` say, and fresh ones
+        follow once the main thread is free.
+        """
+        on_main = self._on_main_thread()
+        facts = self._facts_or_error() if on_main else self.last_facts
+        if facts is not None:
+            self._send(comm, facts)
+        self._send(comm, self._take_sample())
         entry = self._listeners.get(getattr(comm, "comm_id", ""))
         if entry is not None and entry.get("jobs"):
             self._send(comm, self.isolated.snapshot())
         cells = self._cell_growth() if entry is not None and entry.get("cells") else None
         if cells is not None:
             self._send(comm, cells)
+        if not on_main:
+            self._on_main(lambda: self._send_fresh_facts(comm))
+
+    def _send_fresh_facts(self, comm) -> None:
+        if getattr(comm, "comm_id", None) in self._listeners:  # still subscribed
+            self._send(comm, self._facts_or_error())
 
     def messages_now(self) -> list[dict[str, Any]]:
         """A ``facts`` and a ``sample`` message taken now; call it on the main thread.
@@ -338,9 +403,16 @@ class LiveChannel:
             >>> [m["method"] for m in active_channel().messages_now()]   # doctest: +SKIP
             ['facts', 'sample']
         """
-        return [self._facts_or_error(), self.sampler.take()]
+        return [self._facts_or_error(), self._take_sample()]
 
     def _facts_or_error(self) -> dict[str, Any]:
+        """Facts read now, on the main thread (Keras keeps its state per thread); kept as
+        :attr:`last_facts` for comms served on another thread."""
+        facts = self._read_facts()
+        self.last_facts = facts
+        return facts
+
+    def _read_facts(self) -> dict[str, Any]:
         try:
             return _facts(self.shell)
         except Exception as exc:  # noqa: BLE001 - facts are best effort; say why they are missing
@@ -359,8 +431,36 @@ class LiveChannel:
                 }
             )
 
+    def pre_run_cell(self, info=None) -> None:
+        """IPython hook: a cell starts; remember it for the timeline and tell who looks."""
+        try:
+            # IPython has counted on by now when the cell goes into the history: In[n] is one less.
+            stored = bool(getattr(info, "store_history", False))
+            count = max(int(getattr(self.shell, "execution_count", 1) or 1) - 1, 0) if stored else None
+            run = self.history.run_started(count, leak_watch._cell_id(self.shell, info))
+            self._running.append(run)
+        except Exception:  # the timeline must never break a cell
+            logger.debug("kerasmagic.live: recording a cell's start failed", exc_info=True)
+            return
+        self._broadcast_to("timeline", {"method": "cell_run", "ts": run["started_ts"], "run": run},
+                           visible_only=True)
+
+    def _end_run(self, result: Any) -> None:
+        if not self._running:
+            return  # no start seen: the cell that ran %load_ext kerasmagic, or a blank cell
+        run = self._running.pop()
+        try:
+            ended = self.history.run_ended(run, ok=bool(getattr(result, "success", True)))
+        except Exception:  # the timeline must never break a cell
+            logger.debug("kerasmagic.live: recording a cell's end failed", exc_info=True)
+            return
+        self._broadcast_to("timeline", {"method": "cell_run", "ts": ended["ended_ts"], "run": ended},
+                           visible_only=True)
+
     def post_run_cell(self, result=None) -> None:
-        """IPython hook: push main-thread facts after every cell, only when someone looks."""
+        """IPython hook: end the cell's run on the timeline; then, only when someone looks,
+        push main-thread facts and the leak watch."""
+        self._end_run(result)
         if self.visible_count == 0:
             return
         self.broadcast(self._facts_or_error())
@@ -376,7 +476,16 @@ class LiveChannel:
         watch = leak_watch.active_watch()
         if watch is None:
             return None
-        data = watch.report().to_dict()
+        for _ in range(3):
+            try:
+                data = watch.report().to_dict()
+                break
+            except RuntimeError:
+                # Off the main thread, the main thread's hooks may change the watch while we read
+                # it ("mutated during iteration"): read again, it is a few dict lookups.
+                continue
+        else:
+            return None
         data.pop("watching", None)
         return to_jsonable({"method": "cell_growth", **data})
 
@@ -411,7 +520,7 @@ class LiveChannel:
             }
         self._send(comm, reply)
         self.broadcast(self._facts_or_error())
-        self.broadcast(self.sampler.take())
+        self.broadcast(self._take_sample())
 
     def _on_event(self, kind: str, payload: dict[str, Any]) -> None:
         if kind in isolated_jobs.KINDS:
@@ -422,6 +531,7 @@ class LiveChannel:
             return
         text = payload.get("text") if isinstance(payload, dict) else None
         message = {"method": "event", "kind": kind, "ts": time.time(), "payload": to_jsonable(payload)}
+        self.history.add_mark(kind, message["ts"])  # the same ts: a sidebar merges it with the live event
         if isinstance(text, str):
             message["text"] = text
         self.broadcast(message, visible_only=False)
@@ -478,6 +588,29 @@ def _open_options(data: Any) -> dict[str, Any]:
     raise ProtocolError("bad_message", f"comm_open data must be an 'open' message, got {got}", "open")
 
 
+def _route_as_addressed(comm) -> None:
+    """Let the frontend's messages on ``comm`` go to the shell it sent them to.
+
+    ipykernel 7 sends a comm's incoming messages to the subshell its *last outgoing* message
+    was sent from (so that a widget's reply reaches the loop that waits for it). Ours go out
+    from the main thread (facts after each cell) as well as from a subshell, so after a cell
+    a sidebar's ``visibility`` or ``refresh`` would wait behind the next running cell even
+    though the sidebar sent it to its subshell. No request of ours waits for a reply on a
+    loop: the frontend's addressing is right. ``clear`` still runs on the main thread
+    (:meth:`LiveChannel._on_main`).
+
+    Example:
+        >>> class Comm:
+        ...     def _reply_subshell_for(self, data, default):
+        ...         return "where-we-last-sent"
+        >>> comm = Comm(); _route_as_addressed(comm)
+        >>> comm._reply_subshell_for({}, "sidebar-subshell")
+        'sidebar-subshell'
+    """
+    if callable(getattr(comm, "_reply_subshell_for", None)):
+        comm._reply_subshell_for = lambda data, default: default
+
+
 def _package_version() -> str:
     return __version__
 
@@ -507,6 +640,7 @@ def register(shell) -> None:
         return
     channel = LiveChannel(shell)
     _comm_manager().register_target(TARGET_NAME, channel.on_open)
+    shell.events.register("pre_run_cell", channel.pre_run_cell)
     shell.events.register("post_run_cell", channel.post_run_cell)
     _channel = channel
 
@@ -527,10 +661,11 @@ def unregister(shell) -> None:
         _comm_manager().unregister_target(TARGET_NAME, channel.on_open)
     except Exception:  # the manager may already be gone at kernel shutdown
         logger.warning("kerasmagic.live: unregistering the comm target failed", exc_info=True)
-    try:
-        shell.events.unregister("post_run_cell", channel.post_run_cell)
-    except ValueError:
-        pass  # the hook was never registered (register ran on another shell)
+    for event, hook in (("pre_run_cell", channel.pre_run_cell), ("post_run_cell", channel.post_run_cell)):
+        try:
+            shell.events.unregister(event, hook)
+        except ValueError:
+            pass  # the hook was never registered (register ran on another shell)
     widget = sys.modules.get(f"{__package__}.widget")
     if widget is not None:  # only loaded when a `%tf_mem --live` view was shown
         widget.stop_current()

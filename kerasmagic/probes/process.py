@@ -17,7 +17,8 @@ from typing import Any
 
 from .availability import Unavailable, guarded
 
-__all__ = ['PeakRss', 'container_limit_bytes', 'high_water_rss_bytes', 'pss_uss_bytes', 'rss_bytes', 'snapshot']
+__all__ = ['PeakRss', 'container_limit_bytes', 'high_water_rss_bytes', 'host_memory', 'pss_uss_bytes', 'rss_bytes',
+           'snapshot']
 
 _STATUS_PATH = "/proc/self/status"
 _CLEAR_REFS_PATH = "/proc/self/clear_refs"
@@ -66,6 +67,35 @@ def rss_bytes() -> int:
         with open("/proc/self/statm", "rb") as statm:
             return int(statm.read().split()[1]) * _PAGE_SIZE
     return _process().memory_info().rss
+
+
+def host_memory() -> dict[str, int]:
+    """The machine's memory: ``{"total_bytes", "available_bytes"}``, as ``psutil.virtual_memory()``
+    gives ``total`` and ``available``.
+
+    On Linux it reads the two lines of ``/proc/meminfo`` itself (about 25 µs, a quarter of
+    psutil's cost: the sampler reads it every tick).
+
+    Example:
+        >>> host = host_memory()
+        >>> host["total_bytes"] >= host["available_bytes"] > 0
+        True
+    """
+    if sys.platform.startswith("linux"):
+        total = available = None
+        with open("/proc/meminfo", "rb") as meminfo:
+            for line in meminfo:
+                if line.startswith(b"MemTotal:"):
+                    total = int(line.split()[1]) * 1024
+                elif line.startswith(b"MemAvailable:"):
+                    available = int(line.split()[1]) * 1024
+                if total is not None and available is not None:
+                    return {"total_bytes": total, "available_bytes": available}
+        # A kernel too old for MemAvailable (before 3.14): psutil estimates it.
+    import psutil
+
+    memory = psutil.virtual_memory()
+    return {"total_bytes": int(memory.total), "available_bytes": int(memory.available)}
 
 
 def container_limit_bytes() -> int | Unavailable:

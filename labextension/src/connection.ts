@@ -35,6 +35,7 @@ import {
   TARGET_NAME,
   validate
 } from './protocol';
+import { openSubshellConnection, releaseSubshellConnection } from './subshell';
 
 export type { ICellRun, IMark } from './history';
 
@@ -227,7 +228,10 @@ export class LiveConnection implements IDisposable {
     this._intervalS = options.intervalS;
     this._historyMinutes = options.historyMinutes;
     this._onPageVisibility = () => this._sendVisibility();
-    this._onPageUnload = () => this._closeComm();
+    this._onPageUnload = () => {
+      this._closeComm();
+      this._dropSubshell(true); // else every reload would leave a subshell thread behind
+    };
     document.addEventListener('visibilitychange', this._onPageVisibility);
     // A reloaded page opens a new comm; closing the old one stops its samples at once.
     window.addEventListener('beforeunload', this._onPageUnload);
@@ -575,6 +579,7 @@ export class LiveConnection implements IDisposable {
     this._closeComm();
     if (this._kernel !== kernel) {
       this._kernel?.iopubMessage.disconnect(this._onIopub, this);
+      this._dropSubshell(true);
       this._kernel = kernel;
       kernel.iopubMessage.connect(this._onIopub, this);
     }
@@ -582,18 +587,67 @@ export class LiveConnection implements IDisposable {
     this._latestFacts = null;
     this._cellGrowth = null; // the kernel sends it after hello too
     this._jobs.clear(); // the kernel sends its list (isolated_jobs) right after hello
+    this._setState({ kind: 'connecting' });
+    const attempt = ++this._attempt;
+    void this._commConnection(kernel).then(connection => {
+      if (attempt === this._attempt && this._kernel === kernel) {
+        this._openComm(connection);
+      } // else: detached or attached again meanwhile
+    });
+  }
+
+  /**
+   * The connection the comm goes over: the kernel's subshell connection where it has one
+   * (the comm then opens and is served while a cell runs), else the kernel's own.
+   * Kept for the kernel across re-attaches (not loaded yet, `%load_ext` later).
+   */
+  private _commConnection(
+    kernel: Kernel.IKernelConnection
+  ): Promise<Kernel.IKernelConnection> {
+    if (this._subshell === null) {
+      this._subshell = openSubshellConnection(kernel).catch(reason => {
+        console.warn(
+          'kerasmagic: no kernel subshell for the live comm',
+          reason
+        );
+        return null;
+      });
+    }
+    return this._subshell.then(connection => connection ?? kernel);
+  }
+
+  /** Give back the subshell connection (its subshell is deleted unless the kernel is gone). */
+  private _dropSubshell(kernelAlive: boolean): void {
+    const pending = this._subshell;
+    const kernel = this._kernel;
+    this._subshell = null;
+    void pending?.then(connection => {
+      if (connection) {
+        releaseSubshellConnection(connection, kernel, kernelAlive);
+      }
+    });
+  }
+
+  /** The subshell this sidebar's comm uses, null on the main shell (tests look at it). */
+  get subshellId(): string | null {
+    return this._comm && this._commKernel !== this._kernel
+      ? (this._commKernel?.subshellId ?? null)
+      : null;
+  }
+
+  private _openComm(connection: Kernel.IKernelConnection): void {
     let comm: Kernel.IComm;
     try {
-      comm = kernel.createComm(TARGET_NAME);
+      comm = connection.createComm(TARGET_NAME);
     } catch (reason) {
       console.warn('kerasmagic: cannot open the live comm', reason);
       this._setState({ kind: 'not_loaded' });
       return;
     }
     this._comm = comm;
+    this._commKernel = connection;
     comm.onMsg = msg => this._onCommMsg(comm, msg);
     comm.onClose = msg => this._onCommClose(comm, msg);
-    this._setState({ kind: 'connecting' });
     this._retryIfUnanswered(comm);
     comm.open(
       {
@@ -617,14 +671,19 @@ export class LiveConnection implements IDisposable {
         );
         this._attach();
       } else {
-        this._retryIfUnanswered(comm); // busy: the open waits behind the running cell
+        // Busy: on the main shell the open waits behind the running cell.
+        this._retryIfUnanswered(comm);
       }
     }, UNANSWERED_OPEN_MS);
   }
 
   private _detach(): void {
+    this._attempt++; // an open still waiting for its connection is not wanted any more
     this._closeComm();
     this._kernel?.iopubMessage.disconnect(this._onIopub, this);
+    this._dropSubshell(
+      !!this._kernel && !GONE_STATUSES.has(this._kernel.status)
+    );
     this._kernel = null;
     this._pendingClears.forEach(pending =>
       pending.reject(new Error('disconnected'))
@@ -638,6 +697,7 @@ export class LiveConnection implements IDisposable {
   private _closeComm(): void {
     const comm = this._comm;
     this._comm = null;
+    this._commKernel = null;
     if (comm && !comm.isDisposed) {
       try {
         comm.close();
@@ -781,7 +841,13 @@ export class LiveConnection implements IDisposable {
 
   private _session: ISessionContext | null = null;
   private _kernel: Kernel.IKernelConnection | null = null;
+  /** The subshell connection for `_kernel` (resolves to null without one). */
+  private _subshell: Promise<Kernel.IKernelConnection | null> | null = null;
   private _comm: Kernel.IComm | null = null;
+  /** The connection `_comm` was opened on (the subshell's or the kernel's). */
+  private _commKernel: Kernel.IKernelConnection | null = null;
+  /** Counts attaches and detaches: an open whose connection came too late is dropped. */
+  private _attempt = 0;
   private _state: ConnectionState = { kind: 'no_kernel' };
   private _intervalS: number;
   private _historyMinutes: number;

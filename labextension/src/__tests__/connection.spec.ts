@@ -52,9 +52,34 @@ class FakeKernel {
   constructor(readonly id: string) {}
   status = 'idle';
   supportsSubshells = false;
-  info = Promise.resolve({});
+  info: Promise<unknown> = Promise.resolve({});
   iopubMessage = new Signal<this, any>(this);
   comms: FakeComm[] = [];
+  isDisposed = false;
+  subshellId: string | null = null;
+  username = 'user';
+  clientId = 'client';
+  /** Control requests sent (msg_type, content), and the answers the kernel gives. */
+  control: Array<[string, any]> = [];
+  answers: { [msgType: string]: unknown } = {};
+  clones: FakeKernel[] = [];
+  sendControlMessage(msg: any): any {
+    this.control.push([msg.header.msg_type, msg.content]);
+    const future: any = { done: new Promise(noop), dispose: noop };
+    const answer = this.answers[msg.header.msg_type];
+    if (answer !== undefined) {
+      setTimeout(() => future.onReply({ content: answer }), 0);
+    }
+    return future;
+  }
+  clone(): FakeKernel {
+    const clone = new FakeKernel(this.id);
+    this.clones.push(clone);
+    return clone;
+  }
+  dispose(): void {
+    this.isDisposed = true;
+  }
   createComm(): FakeComm {
     const comm = new FakeComm(`comm-${this.comms.length}`);
     this.comms.push(comm);
@@ -237,6 +262,101 @@ describe('LiveConnection with a 1.3 kernel', () => {
     kernel.comm.receive(hello(9999, 1763900000.0)); // same id, another pid
     expect(connection.cellRuns).toEqual([]);
     expect(connection.marks).toEqual([{ kind: 'restart', ts: 1763900000.0 }]);
+    connection.dispose();
+  });
+});
+
+describe('LiveConnection and kernel subshells', () => {
+  /** A kernel whose shell is busy (kernel.info waits) but whose control channel answers. */
+  function busyKernelWithSubshells(): FakeKernel {
+    const kernel = new FakeKernel('k1');
+    kernel.status = 'busy';
+    kernel.info = new Promise(noop); // kernel_info on the shell waits behind the cell
+    kernel.answers = {
+      kernel_info_request: { supported_features: ['kernel subshells'] },
+      create_subshell_request: { status: 'ok', subshell_id: 'sub-1' }
+    };
+    return kernel;
+  }
+
+  /** Generous: the fallback below waits out the control timeout (3 s). */
+  const waitFor = async (check: () => boolean) => {
+    for (let i = 0; i < 500 && !check(); i++) {
+      await new Promise(resolve => setTimeout(resolve, 20));
+    }
+    expect(check()).toBe(true);
+  };
+
+  it('opens the comm on a subshell asked for on the control channel', async () => {
+    const kernel = busyKernelWithSubshells();
+    const connection = new LiveConnection({ intervalS: 1, historyMinutes: 5 });
+    connection.setSessionContext(new FakeSession(kernel) as any);
+    await waitFor(() => kernel.clones.length === 1);
+    const clone = kernel.clones[0];
+    await waitFor(() => clone.comms.length === 1);
+    expect(kernel.control.map(([type]) => type)).toEqual([
+      'kernel_info_request',
+      'create_subshell_request'
+    ]);
+    expect(kernel.comms).toHaveLength(0); // nothing on the main shell
+    expect(clone.subshellId).toBe('sub-1');
+    expect(clone.comm.opened).toHaveLength(1);
+    clone.comm.receive(hello(4242));
+    expect(connection.state.kind).toBe('connected');
+    expect(connection.subshellId).toBe('sub-1');
+
+    // Re-attaching to the same kernel (e.g. not loaded, then %load_ext) keeps the subshell.
+    clone.comm.onClose({ content: { comm_id: clone.comm.commId, data: {} } });
+    expect(connection.state.kind).toBe('not_loaded');
+    kernel.iopubMessage.emit({
+      header: { msg_type: 'status' },
+      parent_header: { msg_type: 'execute_request' },
+      content: { execution_state: 'idle' }
+    });
+    await waitFor(() => clone.comms.length === 2);
+    expect(kernel.clones).toHaveLength(1);
+
+    // Following another notebook gives the subshell back.
+    connection.setSessionContext(null);
+    await waitFor(() => clone.isDisposed);
+    expect(kernel.control.slice(-1)[0]).toEqual([
+      'delete_subshell_request',
+      { subshell_id: 'sub-1' }
+    ]);
+    connection.dispose();
+  });
+
+  it('uses the main shell where the kernel has no subshells or the user said no', async () => {
+    const plain = new FakeKernel('k1');
+    plain.answers = {
+      kernel_info_request: { supported_features: [] }
+    };
+    plain.info = new Promise(noop);
+    const first = new LiveConnection({ intervalS: 1, historyMinutes: 5 });
+    first.setSessionContext(new FakeSession(plain) as any);
+    await waitFor(() => plain.comms.length === 1);
+    expect(plain.clones).toEqual([]);
+    expect(plain.control.map(([type]) => type)).toEqual([
+      'kernel_info_request'
+    ]);
+    first.dispose();
+
+    const refused = busyKernelWithSubshells();
+    (refused as any).commsOverSubshells = 'disabled';
+    const second = new LiveConnection({ intervalS: 1, historyMinutes: 5 });
+    second.setSessionContext(new FakeSession(refused) as any);
+    await waitFor(() => refused.comms.length === 1);
+    expect(refused.control).toEqual([]);
+    second.dispose();
+  });
+
+  it('falls back to the main shell when the control channel does not answer', async () => {
+    const silent = new FakeKernel('k1');
+    silent.info = new Promise(noop);
+    const connection = new LiveConnection({ intervalS: 1, historyMinutes: 5 });
+    connection.setSessionContext(new FakeSession(silent) as any);
+    await waitFor(() => silent.comms.length === 1); // after the control timeout
+    expect(silent.clones).toEqual([]);
     connection.dispose();
   });
 });
