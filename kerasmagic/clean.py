@@ -59,6 +59,8 @@ class CleanStep(Record):
     items: list[str] = field(default_factory=list)
     rss_freed_bytes: int = 0
     tf_freed_bytes: int = 0
+    #: This process's GPU memory per NVML, summed over devices; None without a GPU view.
+    gpu_freed_bytes: int | None = None
     seconds: float = 0.0
     skipped: str | None = None
 
@@ -84,6 +86,9 @@ class CleanReport(Record, Report):
     rss_after_bytes: int = field(default=0, metadata=wire(then=("rss_freed_bytes",)))
     tf_before_bytes: int = field(default=0, metadata=wire("tf_in_use_before_bytes"))
     tf_after_bytes: int = field(default=0, metadata=wire("tf_in_use_after_bytes", then=("tf_freed_bytes",)))
+    gpu_before_bytes: int | None = field(default=None, metadata=wire("gpu_process_before_bytes"))
+    gpu_after_bytes: int | None = field(default=None, metadata=wire("gpu_process_after_bytes",
+                                                                    then=("gpu_freed_bytes",)))
     models_tracked: int = 0
     models_freed: int = 0
     steps: list[CleanStep] = field(default_factory=list)
@@ -98,6 +103,13 @@ class CleanReport(Record, Report):
     @property
     def tf_freed_bytes(self) -> int:
         return self.tf_before_bytes - self.tf_after_bytes
+
+    @property
+    def gpu_freed_bytes(self) -> int | None:
+        """What this process gave back to its GPUs (NVML), or None without a GPU view."""
+        if self.gpu_before_bytes is None or self.gpu_after_bytes is None:
+            return None
+        return self.gpu_before_bytes - self.gpu_after_bytes
 
     @property
     def dropped(self) -> list[str]:
@@ -117,6 +129,8 @@ class CleanReport(Record, Report):
         first = f"Cleaned in {self.seconds:.2f} s: RSS {format_bytes(-self.rss_freed_bytes, signed=True)}"
         if self.tf_before_bytes or self.tf_after_bytes:
             first += f", TF in use {format_bytes(-self.tf_freed_bytes, signed=True)}"
+        if self.gpu_freed_bytes is not None:
+            first += f", GPU {format_bytes(-self.gpu_freed_bytes, signed=True)}"
         if self.models_tracked:
             first += f"; {self.models_freed} of {self.models_tracked} models freed"
         lines = [first + "."]
@@ -130,10 +144,14 @@ class CleanReport(Record, Report):
         return "\n".join(lines)
 
     def _title(self) -> str:
-        return (
+        title = (
             f"kerasmagic: cleaned in {self.seconds:.2f} s — RSS {format_bytes(-self.rss_freed_bytes, signed=True)}"
             f" ({format_bytes(self.rss_before_bytes)} → {format_bytes(self.rss_after_bytes)})"
         )
+        if self.gpu_freed_bytes is not None:
+            title += (f"; GPU {format_bytes(-self.gpu_freed_bytes, signed=True)}"
+                      f" ({format_bytes(self.gpu_before_bytes)} → {format_bytes(self.gpu_after_bytes)}, NVML)")
+        return title
 
     def _sections(self) -> list[Section]:
         steps = Section("Steps")
@@ -145,6 +163,8 @@ class CleanReport(Record, Report):
             detail = step.detail
             if step.tf_freed_bytes:
                 detail += f"; TF in use {format_bytes(-step.tf_freed_bytes, signed=True)}"
+            if step.gpu_freed_bytes:
+                detail += f"; GPU {format_bytes(-step.gpu_freed_bytes, signed=True)}"
             steps.add(step.name, freed, detail.strip("; "))
         dropped = Section("Dropped")
         dropped.notes.extend(self.dropped)
@@ -171,6 +191,12 @@ def _tf_in_use_total() -> int:
     return sample_probe.allocator_total(sample_probe.tf_part()) or 0
 
 
+def _gpu_process_total() -> int | None:
+    """This process's GPU memory per NVML over all devices; None where NVML has no view."""
+    values = [v for v in sample_probe.gpu_device_values(sample_probe.gpu_part()).values() if isinstance(v, int)]
+    return sum(values) if values else None
+
+
 @contextmanager
 def _measured_step_reporting_failure(report: CleanReport, name: str) -> Iterator[CleanStep]:
     """Run a step, recording its RSS/TF change and time; an ``Exception`` from the step is
@@ -178,7 +204,7 @@ def _measured_step_reporting_failure(report: CleanReport, name: str) -> Iterator
     remaining steps still run. ``KeyboardInterrupt`` and the like propagate."""
     step = CleanStep(name)
     report.steps.append(step)
-    rss, tf, started = process_probe.rss_bytes(), _tf_in_use_total(), time.perf_counter()
+    rss, tf, gpu, started = process_probe.rss_bytes(), _tf_in_use_total(), _gpu_process_total(), time.perf_counter()
     failure = None
     try:
         yield step
@@ -188,6 +214,8 @@ def _measured_step_reporting_failure(report: CleanReport, name: str) -> Iterator
         step.seconds = time.perf_counter() - started
         step.rss_freed_bytes = rss - process_probe.rss_bytes()
         step.tf_freed_bytes = tf - _tf_in_use_total()
+        gpu_after = _gpu_process_total() if gpu is not None else None
+        step.gpu_freed_bytes = gpu - gpu_after if gpu is not None and gpu_after is not None else None
     if failure is not None:
         step.skipped = failure
 
@@ -594,6 +622,7 @@ def clear_tf(
     started = time.perf_counter()
     report.rss_before_bytes = process_probe.rss_bytes()
     report.tf_before_bytes = _tf_in_use_total()
+    report.gpu_before_bytes = _gpu_process_total()
     tracked = _models_to_track(shell, namespace, names)
     report.models_tracked = len({id(r()) for r in tracked if r() is not None})
     _drop_references(report, shell, namespace, names, purge_hidden)
@@ -602,6 +631,7 @@ def clear_tf(
     report.models_freed = sum(1 for ref in {id(r): r for r in tracked}.values() if ref() is None)
     report.rss_after_bytes = process_probe.rss_bytes()
     report.tf_after_bytes = _tf_in_use_total()
+    report.gpu_after_bytes = _gpu_process_total() if report.gpu_before_bytes is not None else None
     report.still_held = guarded(lambda: _still_held(shell, report), "listing what is still held") or []
     report.seconds = time.perf_counter() - started
     events.publish("clear_tf", report.to_dict())

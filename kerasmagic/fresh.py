@@ -45,6 +45,9 @@ class FreshModelResult(Report):
             + (f"{self.clean.models_freed} of {self.clean.models_tracked} models freed"
                if self.clean.models_tracked else "no model was alive"),
         )
+        if self.clean.gpu_freed_bytes is not None:
+            before.add("GPU freed", format_bytes(-self.clean.gpu_freed_bytes, signed=True),
+                       "this process, NVML, all devices")
         if self.clean.registry is not None and self.clean.registry.purged:
             before.add("gradient registry", f"{self.clean.registry.purged} purged", "dead CustomGradient entries")
         before.notes.extend(f"dropped {item}" for item in self.clean.dropped)

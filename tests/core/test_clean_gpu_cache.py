@@ -14,6 +14,9 @@ import types
 import pytest
 
 from kerasmagic.clean import STEP_EMPTY_TORCH_CACHE, clear_tf
+from kerasmagic.probes import nvml
+
+from gpu_stand_ins import StandInNVML, use_nvml
 
 pytestmark = pytest.mark.shell
 
@@ -45,13 +48,19 @@ class _Tensor:
         self._allocator.free(self._key)
 
 
+#: What NVML counts for a torch process beyond its cache (H100 reading: context and libraries).
+CUDA_CONTEXT_BYTES = 543162368
+
+
 @pytest.fixture
 def fake_torch(monkeypatch):
     allocator = _CachingAllocator()
     cuda = types.SimpleNamespace(is_available=lambda: True, is_initialized=lambda: True,
                                  empty_cache=allocator.empty_cache)
     monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(cuda=cuda))
-    return allocator
+    use_nvml(monkeypatch, StandInNVML(process_bytes=lambda: CUDA_CONTEXT_BYTES + allocator.reserved_bytes))
+    yield allocator
+    monkeypatch.setattr(nvml, "_init_state", None)
 
 
 def test_a_model_freed_only_by_the_collection_gives_its_gpu_memory_back(shell, fake_torch):
@@ -67,6 +76,40 @@ def test_a_model_freed_only_by_the_collection_gives_its_gpu_memory_back(shell, f
     assert names.index("garbage collection") < names.index(STEP_EMPTY_TORCH_CACHE)
     (step,) = [s for s in report.steps if s.name == STEP_EMPTY_TORCH_CACHE]
     assert step.detail == "torch.cuda.empty_cache() (cached CUDA blocks)" and not step.skipped
+
+
+def test_the_report_shows_what_each_step_and_the_whole_clean_gave_back_to_the_gpu(shell, fake_torch):
+    tensor = _Tensor(fake_torch, 2**30)
+    del tensor  # freed at once, its 1 GiB block stays cached (reserved) until empty_cache()
+    report = clear_tf(shell=shell)
+    (step,) = [s for s in report.steps if s.name == STEP_EMPTY_TORCH_CACHE]
+    assert step.gpu_freed_bytes == 2**30
+    assert all(s.gpu_freed_bytes == 0 for s in report.steps if s is not step)
+    assert report.gpu_freed_bytes == 2**30
+    assert (report.gpu_before_bytes, report.gpu_after_bytes) == (CUDA_CONTEXT_BYTES + 2**30, CUDA_CONTEXT_BYTES)
+    wire = report.to_dict()
+    assert (wire["gpu_process_before_bytes"], wire["gpu_freed_bytes"]) == (CUDA_CONTEXT_BYTES + 2**30, 2**30)
+    assert wire["steps"][[s.name for s in report.steps].index(STEP_EMPTY_TORCH_CACHE)]["gpu_freed_bytes"] == 2**30
+    text = str(report)
+    assert "GPU -1.00 GiB (1.51 GiB → 518 MiB, NVML)" in text.splitlines()[0]
+    assert "torch.cuda.empty_cache() (cached CUDA blocks); GPU -1.00 GiB" in text
+    assert "GPU -1.00 GiB" in report.summary().splitlines()[0]
+
+
+def test_fresh_model_shows_the_gpu_its_clean_gave_back(shell, fake_torch):
+    tensor = _Tensor(fake_torch, 2**30)
+    del tensor
+    shell.run_cell("%%fresh_model -q --as fresh_result\npass", store_history=True)
+    result = shell.user_ns.pop("fresh_result")
+    assert result.clean.gpu_freed_bytes == 2**30
+    assert "GPU freed" in str(result) and "-1.00 GiB" in str(result)
+
+
+def test_without_a_gpu_view_the_report_claims_no_gpu_figure(shell, monkeypatch):
+    monkeypatch.setattr(nvml, "_init_state", None)  # the real probe: no NVIDIA driver here
+    report = clear_tf(shell=shell)
+    assert report.gpu_freed_bytes is None and all(s.gpu_freed_bytes is None for s in report.steps)
+    assert "GPU" not in str(report).splitlines()[0]
 
 
 def test_without_torch_the_step_says_so(shell, monkeypatch):

@@ -9,7 +9,6 @@ benchmarks/gpu_readings.py). The numbers, the held-unused arithmetic and the adv
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -18,6 +17,8 @@ import pytest
 
 from kerasmagic import tf_mem
 from kerasmagic.probes import nvml
+
+from gpu_stand_ins import StandInNVML, use_nvml
 
 pytestmark = pytest.mark.unit
 
@@ -31,46 +32,12 @@ def _moment(run: str, name: str) -> dict:
     return moment
 
 
-class RecordedNVML:
-    """One H100 as NVML read it at a recorded moment, this process its only user."""
-
-    class NVMLError(Exception):
-        pass
-
-    def __init__(self, reading: dict) -> None:
-        self.reading = reading
-
-    def nvmlInit(self):
-        pass
-
-    def nvmlShutdown(self):
-        pass
-
-    def nvmlDeviceGetCount(self):
-        return 1
-
-    def nvmlDeviceGetHandleByIndex(self, index):
-        return index
-
-    def nvmlDeviceGetName(self, handle):
-        return "NVIDIA H100 80GB HBM3"
-
-    def nvmlDeviceGetMemoryInfo(self, handle):
-        return SimpleNamespace(used=self.reading["used_bytes"], total=self.reading["total_bytes"])
-
-    def nvmlDeviceGetUtilizationRates(self, handle):
-        return SimpleNamespace(gpu=0)
-
-    def nvmlDeviceGetComputeRunningProcesses(self, handle):
-        return [SimpleNamespace(pid=os.getpid(), usedGpuMemory=self.reading["this_process_bytes"])]
-
-
 @pytest.fixture
 def recorded_gpu(monkeypatch):
     def use(reading: dict) -> None:
-        fake = RecordedNVML(reading)
-        monkeypatch.setattr(nvml, "_pynvml", lambda: fake)
-        monkeypatch.setattr(nvml, "_init_state", None)
+        use_nvml(monkeypatch, StandInNVML(process_bytes=lambda: reading["this_process_bytes"],
+                                          used_bytes=lambda: reading["used_bytes"],
+                                          total_bytes=reading["total_bytes"]))
 
     yield use
     monkeypatch.setattr(nvml, "_init_state", None)
