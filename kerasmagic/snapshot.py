@@ -138,7 +138,33 @@ class MemorySnapshot(Record, Report):
         self._torch_rows(section)
         self._jax_rows(section)
         self._context_row(section)
+        if self._nvml_cannot_see_us():
+            section.notes.append(
+                "NVML lists the GPU's processes by host PID, which this container cannot see, so it cannot "
+                "say which is this kernel: "
+                + ("the framework figures above are this process's own view."
+                   if self._framework_gpu_views() else "no framework has started the GPU here to ask instead.")
+            )
         return section
+
+    def _framework_gpu_views(self) -> list[str]:
+        """The frameworks whose allocator has GPU numbers in this snapshot."""
+        views = []
+        tf_allocator = self.tensorflow.get("allocator")
+        if isinstance(tf_allocator, dict) and any(device.startswith("GPU:") for device in tf_allocator):
+            views.append("TensorFlow")
+        for name, facts in (("torch", self.torch), ("JAX", self.jax)):
+            allocator = (facts or {}).get("allocator")
+            if isinstance(allocator, dict) and allocator:
+                views.append(name)
+        return views
+
+    def _nvml_cannot_see_us(self) -> bool:
+        devices = self.nvml["devices"]
+        return isinstance(devices, list) and any(
+            isinstance(d, dict) and isinstance(d.get("process_used_bytes"), Unavailable)
+            and d["process_used_bytes"].reason == "not_supported" for d in devices
+        )
 
     def _context_row(self, section: Section) -> None:
         """What NVML counts for this process beyond every framework's pool: CUDA contexts, libraries."""

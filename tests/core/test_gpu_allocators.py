@@ -141,3 +141,22 @@ def test_frameworks_that_never_started_the_gpu_are_not_started_by_the_probe(monk
     snap = tf_mem().to_dict()
     assert snap["torch"]["allocator"]["reason"] == "not_started"
     assert snap["jax"]["allocator"]["reason"] == "not_started"
+
+
+def test_in_a_container_nvml_cannot_name_this_process_and_the_framework_view_stands_in(monkeypatch):
+    # NVML lists host PIDs; inside a PID namespace none of them exists here.
+    moment = _moment("torch", "2 GiB allocated")
+    foreign = StandInNVML(process_bytes=lambda: moment["nvml"]["this_process_bytes"])
+    foreign.nvmlDeviceGetComputeRunningProcesses = lambda handle: [
+        SimpleNamespace(pid=4_000_000 + handle, usedGpuMemory=moment["nvml"]["this_process_bytes"])]
+    use_nvml(monkeypatch, foreign)
+    _stand_in_torch(monkeypatch, moment["torch"])
+    snap = tf_mem()
+    (device,) = snap.nvml["devices"]
+    assert device["process_used_bytes"].reason == "not_supported"
+    text = str(snap)
+    assert "torch cuda:0 allocated" in text and "2.00 GiB" in text
+    assert "this container cannot see" in text and "the framework figures above are this process's own view" in text
+    assert "CUDA context and libraries" not in text  # no NVML figure of ours to subtract from
+    _stand_in_torch(monkeypatch, None)
+    assert "no framework has started the GPU here" in str(tf_mem())
