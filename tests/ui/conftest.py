@@ -54,7 +54,10 @@ class LabServer:
         self.url = f"http://127.0.0.1:{self.port}"
         home = root / "home"
         env = dict(os.environ, JUPYTER_CONFIG_DIR=str(home / "config"), JUPYTER_RUNTIME_DIR=str(home / "runtime"),
-                   TF_CPP_MIN_LOG_LEVEL="3", PYTHONUNBUFFERED="1")
+                   TF_CPP_MIN_LOG_LEVEL="3", PYTHONUNBUFFERED="1",
+                   # TF's CPU allocator keeps the statistics the panel shows only with oneDNN on,
+                   # which TF turns on by itself on Intel CPUs but not on AMD ones (CI's machine).
+                   TF_ENABLE_ONEDNN_OPTS=os.environ.get("TF_ENABLE_ONEDNN_OPTS", "1"))
         args = [sys.executable, "-m", "jupyter", "lab", "--no-browser", f"--port={self.port}",
                 "--ServerApp.ip=127.0.0.1", f"--IdentityProvider.token={self.token}",
                 f"--ServerApp.root_dir={root}", "--LabApp.expose_app_in_browser=True",
