@@ -9,11 +9,14 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from .holders import iter_namespace_references, iter_references, running_shell
+from .probes import jax_devices as jax_probe
 from .probes import keras as keras_probe
 from .probes import nvml as nvml_probe
 from .probes import process as process_probe
 from .probes import tensorflow as tf_probe
+from .probes import torch_cuda as torch_probe
 from .probes.availability import Unavailable, guarded
+from .probes.sample import keep_largest
 from .records import Record, wire
 from .tables import Report, Section, format_bytes, format_value
 
@@ -51,6 +54,28 @@ def _tf_peaks() -> dict[str, Any]:
     if isinstance(stats, Unavailable):
         return {}
     return {device: s["peak_bytes"] for device, s in stats.items()}
+
+
+def _torch_peaks() -> dict[str, Any]:
+    stats = torch_probe.allocator_stats()
+    if isinstance(stats, Unavailable):
+        return {}
+    return {f"torch {device}": s["peak_allocated_bytes"] for device, s in stats.items()}
+
+
+def _reset_torch_peaks() -> None:
+    torch = sys.modules.get("torch")
+    cuda = getattr(torch, "cuda", None)
+    if cuda is not None and cuda.is_initialized():  # never start CUDA for the user
+        for index in range(cuda.device_count()):
+            cuda.reset_peak_memory_stats(index)
+
+
+def _jax_peaks() -> dict[str, Any]:
+    stats = jax_probe.allocator_stats()
+    if isinstance(stats, Unavailable):
+        return {}
+    return {f"JAX {device}": s["peak_bytes"] for device, s in stats.items() if isinstance(s["peak_bytes"], int)}
 
 
 def _safe(probe, what: str) -> dict[str, Any]:
@@ -146,6 +171,10 @@ class CellMeasurement(Record, Report):
     tf_peak: dict[str, Any] = field(default_factory=dict, metadata=wire("tf_peak_bytes"))
     gpu_before: dict[str, Any] = field(default_factory=dict, metadata=wire("gpu_process_before_bytes"))
     gpu_after: dict[str, Any] = field(default_factory=dict, metadata=wire("gpu_process_after_bytes"))
+    #: The GPU frameworks' own peaks over the block, per device (``torch cuda:0``, ``JAX gpu:0``):
+    #: torch's counters are reset at the start as TF's are; JAX's cannot be, so its peak since
+    #: the process started counts only where the block raised it.
+    gpu_peak: dict[str, Any] = field(default_factory=dict, metadata=wire("gpu_framework_peak_bytes"))
     counters_before: dict[str, Any] = field(default_factory=dict)
     counters_after: dict[str, Any] = field(default_factory=dict)
     #: Keras models reachable after the block that were not before it (created or loaded
@@ -182,12 +211,15 @@ class CellMeasurement(Record, Report):
                        f"{format_bytes(before)} → {format_bytes(after)}")
                 tf.add(f"{device} peak", format_bytes(self.tf_peak.get(device)), "TF allocator, this cell")
             sections.append(tf)
-        if self.gpu_after:
-            gpu = Section("GPU (NVML, this process)")
+        if self.gpu_after or self.gpu_peak:
+            gpu = Section("GPU")
             for device, after in self.gpu_after.items():
                 before = self.gpu_before.get(device, 0)
                 gpu.add(f"{device} change", format_bytes(_delta(after, before), signed=True),
-                        f"{format_bytes(before)} → {format_bytes(after)}")
+                        f"{format_bytes(before)} → {format_bytes(after)}, NVML, this process")
+            for device, peak in self.gpu_peak.items():
+                whose = "torch allocator" if device.startswith("torch") else "JAX allocator"
+                gpu.add(f"{device} peak", format_bytes(peak), f"{whose}, this cell")
             sections.append(gpu)
         graph = Section("Graph and Keras state")
         counters = (("graph_op_count", "legacy graph ops"), ("custom_gradient_entries", "CustomGradient entries"))
@@ -236,6 +268,8 @@ class measure:  # noqa: N801 - lower case on purpose: used like a function, `wit
         self._namespace = namespace
         self._peak = process_probe.PeakRss()
         self._tf_peak_carried: dict[str, Any] = {}
+        self._gpu_peak_carried: dict[str, Any] = {}
+        self._jax_peaks_before: dict[str, Any] = {}
         self._t0 = 0.0
         self._shell: Any = None
         # Weak, so that measuring a block never keeps a model alive that the block deletes.
@@ -258,6 +292,11 @@ class measure:  # noqa: N801 - lower case on purpose: used like a function, `wit
         for outer in _active_measures:
             outer._fold_tf_peaks(peaks)
         guarded(tf_probe.reset_peaks, "resetting TensorFlow's peaks")
+        torch_peaks = _safe(_torch_peaks, "reading torch's peaks")
+        for outer in _active_measures:
+            keep_largest(outer._gpu_peak_carried, torch_peaks)
+        guarded(_reset_torch_peaks, "resetting torch's peaks")
+        self._jax_peaks_before = _safe(_jax_peaks, "reading JAX's peaks")
         started = guarded(self._peak.start, "starting the RSS peak")
         result.rss_before_bytes = self._peak.start_rss_bytes or process_probe.rss_bytes()
         result.rss_peak_method = self._peak.method if not isinstance(started, Unavailable) else str(started)
@@ -279,6 +318,12 @@ class measure:  # noqa: N801 - lower case on purpose: used like a function, `wit
             self._fold_tf_peaks({d: s["peak_bytes"] for d, s in stats.items()})
             result.tf_peak = dict(self._tf_peak_carried)
         result.gpu_after = _safe(_gpu_process_bytes, "reading NVML")
+        keep_largest(self._gpu_peak_carried, _safe(_torch_peaks, "reading torch's peaks"))
+        result.gpu_peak = dict(self._gpu_peak_carried)
+        for device, peak in _safe(_jax_peaks, "reading JAX's peaks").items():
+            before = self._jax_peaks_before.get(device)
+            result.gpu_peak[device] = peak if not isinstance(before, int) or peak > before else Unavailable(
+                "not_supported", f"no new high: at most the process's earlier peak, {format_bytes(before)}")
         result.counters_after = _counters()
         reachable = _guarded_models_in_reach(self._shell, self._namespace)
         result.new_models = [

@@ -160,3 +160,66 @@ def test_in_a_container_nvml_cannot_name_this_process_and_the_framework_view_sta
     assert "CUDA context and libraries" not in text  # no NVML figure of ours to subtract from
     _stand_in_torch(monkeypatch, None)
     assert "no framework has started the GPU here" in str(tf_mem())
+
+
+class _StandInTorchCuda:
+    """torch.cuda's counters as the caching allocator keeps them: peak since the last reset."""
+
+    def __init__(self, allocated: int) -> None:
+        self.allocated = self.peak = allocated
+
+    def is_initialized(self):
+        return True
+
+    def device_count(self):
+        return 1
+
+    def memory_allocated(self, index=0):
+        return self.allocated
+
+    def memory_reserved(self, index=0):
+        return self.peak
+
+    def max_memory_allocated(self, index=0):
+        return self.peak
+
+    def reset_peak_memory_stats(self, index=0):
+        self.peak = self.allocated
+
+    def use(self, nbytes: int) -> None:
+        self.allocated += nbytes
+        self.peak = max(self.peak, self.allocated)
+
+
+def test_a_cells_torch_peak_is_its_own_and_nested_blocks_keep_the_outer_one(monkeypatch):
+    from kerasmagic import measure
+
+    cuda = _StandInTorchCuda(allocated=2**30)
+    cuda.use(4 * 2**30)
+    cuda.use(-4 * 2**30)  # the process's peak (5 GiB) is from before the cell
+    monkeypatch.setitem(sys.modules, "torch", SimpleNamespace(cuda=cuda))
+    with measure("outer") as outer:
+        cuda.use(2 * 2**30)
+        cuda.use(-2 * 2**30)
+        with measure("inner") as inner:  # resets the counters: the outer block must keep its 3 GiB
+            cuda.use(2**29)
+            cuda.use(-(2**29))
+    assert inner.gpu_peak == {"torch cuda:0": 2**30 + 2**29}
+    assert outer.gpu_peak == {"torch cuda:0": 3 * 2**30}
+    text = str(outer)
+    assert "torch cuda:0 peak" in text and "3.00 GiB" in text and "torch allocator, this cell" in text
+    assert outer.to_dict()["gpu_framework_peak_bytes"] == {"torch cuda:0": 3 * 2**30}
+
+
+def test_jax_peak_counts_only_where_the_cell_raised_it(monkeypatch):
+    from kerasmagic import measure
+
+    stats = dict(_moment("jax preallocate=false", "512 MiB array")["jax"])
+    _stand_in_jax(monkeypatch, stats)
+    with measure() as raised:
+        stats["peak_bytes_in_use"] = 3 * 2**30
+    assert raised.gpu_peak == {"JAX gpu:0": 3 * 2**30}
+    with measure() as below:
+        pass
+    (peak,) = below.gpu_peak.values()
+    assert peak.reason == "not_supported" and "at most the process's earlier peak, 3.00 GiB" in peak.detail

@@ -113,7 +113,7 @@ def test_a_failing_step_is_reported_and_the_clean_goes_on(monkeypatch):
     def broken(step):
         raise RuntimeError("backend on fire")
 
-    monkeypatch.setattr(clean, "_clear_other_backends", broken)
+    monkeypatch.setattr(clean, "_clear_jax_caches", broken)
     report = clear_tf(namespace={})
     failed = [step for step in report.steps if step.skipped and step.skipped.startswith("failed")]
     assert [step.skipped for step in failed] == ["failed: RuntimeError: backend on fire"]
@@ -125,7 +125,7 @@ def test_an_interrupt_in_a_step_is_not_swallowed(monkeypatch):
     def interrupted(step):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(clean, "_clear_other_backends", interrupted)
+    monkeypatch.setattr(clean, "_clear_jax_caches", interrupted)
     with pytest.raises(KeyboardInterrupt):
         clear_tf(namespace={})
 
