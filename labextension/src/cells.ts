@@ -187,11 +187,8 @@ export function titleText(
       );
 }
 
-/** Where a cell with this id is: the current notebook first, then the other open ones. */
-function findCell(
-  tracker: INotebookTracker,
-  cellId: string
-): { panel: NotebookPanel; index: number } | null {
+/** The open notebooks, the current one first (the cell is most likely there). */
+function openNotebooks(tracker: INotebookTracker): NotebookPanel[] {
   const panels: NotebookPanel[] = [];
   if (tracker.currentWidget) {
     panels.push(tracker.currentWidget);
@@ -201,14 +198,35 @@ function findCell(
       panels.push(panel);
     }
   });
-  for (const panel of panels) {
+  return panels;
+}
+
+/**
+ * Where a cell is: by its id, else (a kernel that sent no id, or a cell since re-created)
+ * by the execution count it shows, in the current notebook only: another notebook's
+ * `[12]` is another kernel's cell.
+ */
+function findCell(
+  tracker: INotebookTracker,
+  cellId: string | null,
+  executionCount: number | null = null
+): { panel: NotebookPanel; index: number } | null {
+  const panels = openNotebooks(tracker);
+  for (const panel of cellId === null ? [] : panels) {
     const cells = panel.content.model?.cells;
-    if (!cells) {
-      continue;
-    }
-    for (let index = 0; index < cells.length; index++) {
+    for (let index = 0; cells && index < cells.length; index++) {
       if (cells.get(index).id === cellId) {
         return { panel, index };
+      }
+    }
+  }
+  const current = tracker.currentWidget;
+  const cells = current?.content.model?.cells;
+  if (current && cells && executionCount !== null) {
+    for (let index = 0; index < cells.length; index++) {
+      const model = cells.get(index) as { executionCount?: unknown };
+      if (model.executionCount === executionCount) {
+        return { panel: current, index };
       }
     }
   }
@@ -216,15 +234,17 @@ function findCell(
 }
 
 /**
- * Scroll the notebook to the cell with this id and make it the active cell; `activate`
- * brings its notebook to the front. Resolves false when no open notebook has the cell.
+ * Scroll the notebook to the cell (by id, else by execution count) and make it the active
+ * cell; `activate` brings its notebook to the front. Resolves false when no open notebook
+ * has the cell.
  */
 export async function showCell(
   tracker: INotebookTracker,
-  cellId: string,
-  activate: (widgetId: string) => void
+  cellId: string | null,
+  activate: (widgetId: string) => void,
+  executionCount: number | null = null
 ): Promise<boolean> {
-  const found = findCell(tracker, cellId);
+  const found = findCell(tracker, cellId, executionCount);
   if (!found) {
     return false;
   }

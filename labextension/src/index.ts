@@ -36,7 +36,7 @@ function readSettings(
   settings: ISettingRegistry.ISettings | null
 ): LiveConnection.IOptions {
   const interval = Number(settings?.get('interval_s').composite ?? 1);
-  const minutes = Number(settings?.get('history_minutes').composite ?? 5);
+  const minutes = Number(settings?.get('history_minutes').composite ?? 15);
   return {
     intervalS: Math.min(
       MAX_INTERVAL_S,
@@ -44,7 +44,7 @@ function readSettings(
     ),
     historyMinutes: Math.min(
       120,
-      Math.max(1, Number.isFinite(minutes) ? minutes : 5)
+      Math.max(1, Number.isFinite(minutes) ? minutes : 15)
     )
   };
 }
@@ -69,7 +69,14 @@ const plugin: JupyterFrontEndPlugin<void> = {
       connection,
       translator: translator ?? nullTranslator,
       showCell: cellId =>
-        showCell(tracker, cellId, id => app.shell.activateById(id))
+        showCell(tracker, cellId, id => app.shell.activateById(id)),
+      showRun: run =>
+        showCell(
+          tracker,
+          run.cellId,
+          id => app.shell.activateById(id),
+          run.executionCount
+        )
     });
     panel.id = PANEL_ID;
     panel.title.icon = kerasMagicIcon;

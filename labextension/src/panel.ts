@@ -1,6 +1,7 @@
 /**
- * The sidebar widget. Every kernel-supplied string is set with textContent: model names,
- * details and report text are data, never markup.
+ * The sidebar widget: headline numbers, the timeline, then the sections read on the
+ * kernel's main thread (each says which cell it is as of). Every kernel-supplied string is
+ * set with textContent: model names, details and report text are data, never markup.
  */
 
 import {
@@ -20,8 +21,8 @@ import {
   sumGpu
 } from './connection';
 import { LeakWatchSection } from './cells';
+import { ClearSection } from './clearing';
 import { formatBytes, formatCount, formatSeconds } from './format';
-import { IPoint } from './history';
 import {
   countJobs,
   formatElapsed,
@@ -39,31 +40,65 @@ import {
   MaybeNumber,
   PROTOCOL_VERSION
 } from './protocol';
-import { drawSparkline } from './sparkline';
+import {
+  formatClock,
+  formatPct,
+  ICellRunLike,
+  ISeriesSpec,
+  Timeline
+} from './timeline';
 import { el } from './dom';
 
-const SPARK = { width: 200, height: 28, floor: 0 };
-
 const LOAD_LINE = '%load_ext kerasmagic';
-
-/** HH:MM:SS of a time in ms since the epoch, in the browser's time zone. */
-function formatClock(ms: number): string {
-  const date = new Date(ms);
-  return [date.getHours(), date.getMinutes(), date.getSeconds()]
-    .map(part => String(part).padStart(2, '0'))
-    .join(':');
-}
 
 /** A byte count for display, or a dash where the kernel had no number. */
 function bytesOrDash(value: MaybeNumber | null): string {
   return isNumber(value) ? formatBytes(value) : '–';
 }
 
-interface IMetricRow {
+/** How far a framework got; the furthest of what the sample and the facts say wins. */
+type Stage = 'absent' | 'not_imported' | 'not_started' | 'running';
+const STAGES: Stage[] = ['absent', 'not_imported', 'not_started', 'running'];
+
+function stageOf(status: string | IUnavailable | undefined): Stage {
+  if (status === undefined) {
+    return 'absent';
+  }
+  if (!isUnavailable(status)) {
+    return status === 'running' || status === 'imported' ? 'running' : 'absent';
+  }
+  switch (status.reason) {
+    case 'not_imported':
+    case 'not_installed':
+      return 'not_imported';
+    case 'not_started':
+      return 'not_started';
+    default:
+      return 'absent';
+  }
+}
+
+/**
+ * TensorFlow's stage from both sources. The sample (sampler thread, every second) is newer
+ * than the facts (after the previous cell) while a cell runs, and a framework never goes
+ * back: taking the furthest keeps the panel from saying two different things at once.
+ */
+function tfStage(sample: ISample | null, facts: IFacts | null): Stage {
+  const fromSample = sample
+    ? isUnavailable(sample.tf)
+      ? stageOf(sample.tf)
+      : 'running'
+    : 'absent';
+  const fromFacts = facts ? stageOf(facts.tf_status) : 'absent';
+  return STAGES[
+    Math.max(STAGES.indexOf(fromSample), STAGES.indexOf(fromFacts))
+  ];
+}
+
+interface IHeadline {
   node: HTMLElement;
   value: HTMLElement;
-  note: HTMLElement;
-  spark: SVGSVGElement;
+  sub: HTMLElement;
 }
 
 export namespace KerasMagicPanel {
@@ -72,6 +107,8 @@ export namespace KerasMagicPanel {
     translator?: ITranslator;
     /** Show the notebook cell with this id (the leak watch's links). */
     showCell?: (cellId: string) => Promise<boolean>;
+    /** Show a cell run of the timeline: by its cell id, else by its execution count. */
+    showRun?: (run: ICellRunLike) => Promise<boolean>;
   }
 }
 
@@ -98,30 +135,77 @@ export class KerasMagicPanel extends Widget {
     this.node.appendChild(this._notice);
 
     this._body = el('div', 'jp-KerasMagic-body');
-    this._rows = {
-      rss: this._row('rss', trans.__('Kernel memory (RSS)')),
-      tf: this._row('tf', trans.__('TensorFlow allocator: in use / held')),
-      gpu: this._row(
-        'gpu',
-        trans.__('GPU: TensorFlow / this kernel (NVML) / device')
-      ),
-      graph: this._row('graph', trans.__('Graph: ops / CustomGradient entries'))
+    const headlines = el('div', 'jp-KerasMagic-headlines');
+    this._body.appendChild(headlines);
+    const headline = (name: string, label: string, title: string) => {
+      const node = el('div', 'jp-KerasMagic-headline');
+      node.dataset.headline = name;
+      node.title = title;
+      node.appendChild(el('div', 'jp-KerasMagic-headlineLabel', label));
+      const value = el('div', 'jp-KerasMagic-headlineValue', '–');
+      node.appendChild(value);
+      const sub = el('div', 'jp-KerasMagic-headlineSub');
+      node.appendChild(sub);
+      headlines.appendChild(node);
+      return { node, value, sub };
     };
+    this._headlines = {
+      rss: headline(
+        'rss',
+        trans.__('Kernel RSS'),
+        trans.__("The kernel process's resident memory (the OS)")
+      ),
+      tf: headline(
+        'tf',
+        trans.__('TF in use'),
+        trans.__(
+          "TensorFlow's CPU allocator: bytes its tensors use, and what its pool holds (a lower bound)"
+        )
+      ),
+      gpu: headline(
+        'gpu',
+        trans.__('GPU, this kernel'),
+        trans.__("This kernel's GPU memory per NVML, and TensorFlow's view")
+      ),
+      cpu: headline(
+        'cpu',
+        trans.__('CPU'),
+        trans.__("The kernel process's CPU use, % of one core")
+      ),
+      host: headline(
+        'host',
+        trans.__('Host memory'),
+        trans.__("The machine's available memory, of its total")
+      )
+    };
+
+    this._timeline = new Timeline({
+      trans,
+      onRun: run => void this._showRun(run)
+    });
+    this._showRunCallback = options.showRun;
+    this._body.appendChild(this._timeline.node);
+    this._runStatus = el('div', 'jp-KerasMagic-runStatus');
+    this._runStatus.setAttribute('role', 'status');
+    this._body.appendChild(this._runStatus);
+
+    this._tfSection = this._section('tf', trans.__('TensorFlow'));
+    this._tfLines = el('div', 'jp-KerasMagic-lines');
+    this._tfSection.node.appendChild(this._tfLines);
+    this._gpuSection = this._section('gpu', trans.__('GPU'));
+    this._gpuLines = el('div', 'jp-KerasMagic-lines');
+    this._gpuSection.node.appendChild(this._gpuLines);
+
     this._leaks = new LeakWatchSection({ trans, showCell: options.showCell });
     this._body.appendChild(this._leaks.node);
+
+    this._kerasSection = this._section('keras', trans.__('Keras'));
     this._counters = el('div', 'jp-KerasMagic-counters');
-    const countersSection = this._section(
-      'counters',
-      trans.__('Keras name counters')
-    );
-    countersSection.appendChild(this._counters);
+    this._kerasSection.node.appendChild(this._counters);
+    this._modelsTitle = el('div', 'jp-KerasMagic-subTitle', '');
+    this._kerasSection.node.appendChild(this._modelsTitle);
     this._models = el('ul', 'jp-KerasMagic-models');
-    this._modelsTitle = el('h3', 'jp-KerasMagic-sectionTitle', '');
-    const modelsSection = el('div', 'jp-KerasMagic-section');
-    modelsSection.dataset.section = 'models';
-    modelsSection.appendChild(this._modelsTitle);
-    modelsSection.appendChild(this._models);
-    this._body.appendChild(modelsSection);
+    this._kerasSection.node.appendChild(this._models);
 
     this._jobsSection = el('div', 'jp-KerasMagic-section jp-KerasMagic-jobs');
     this._jobsSection.dataset.section = 'jobs';
@@ -132,21 +216,13 @@ export class KerasMagicPanel extends Widget {
     this._jobsSection.appendChild(this._jobsList);
     this._body.appendChild(this._jobsSection);
 
-    const actions = this._section('actions', trans.__('Actions'));
-    this._clearButton = el(
-      'button',
-      'jp-mod-styled jp-mod-accept jp-KerasMagic-clear',
-      trans.__('Clear session')
-    );
-    this._clearButton.title = trans.__(
-      'Run kerasmagic.clear_tf() in this kernel (after the running cell): clear the Keras session, purge dead graphs, collect garbage'
-    );
-    this._clearButton.addEventListener('click', () => void this._onClear());
-    actions.appendChild(this._clearButton);
-    this._report = el('pre', 'jp-KerasMagic-report');
-    actions.appendChild(this._report);
+    this._clearing = new ClearSection({
+      trans,
+      onClear: () => void this._onClear()
+    });
+    this._body.appendChild(this._clearing.node);
     this._event = el('div', 'jp-KerasMagic-event');
-    actions.appendChild(this._event);
+    this._clearing.node.appendChild(this._event);
     this._footer = el('div', 'jp-KerasMagic-footer');
     this._body.appendChild(this._footer);
     this.node.appendChild(this._body);
@@ -163,6 +239,7 @@ export class KerasMagicPanel extends Widget {
       return;
     }
     this._stopTicker();
+    this._timeline.dispose();
     this.connection.stateChanged.disconnect(this._update, this);
     this.connection.changed.disconnect(this._update, this);
     super.dispose();
@@ -180,28 +257,31 @@ export class KerasMagicPanel extends Widget {
 
   // ---- building --------------------------------------------------------------------------
 
-  private _section(name: string, title: string): HTMLElement {
-    const section = el('div', 'jp-KerasMagic-section');
-    section.dataset.section = name;
-    section.appendChild(el('h3', 'jp-KerasMagic-sectionTitle', title));
-    this._body.appendChild(section);
-    return section;
+  /** A section with a title line and, on the right, how fresh its facts are. */
+  private _section(
+    name: string,
+    title: string
+  ): { node: HTMLElement; title: HTMLElement; asOf: HTMLElement } {
+    const node = el('div', 'jp-KerasMagic-section');
+    node.dataset.section = name;
+    const head = el('div', 'jp-KerasMagic-sectionHead');
+    const titleNode = el('h3', 'jp-KerasMagic-sectionTitle', title);
+    head.appendChild(titleNode);
+    const asOf = el('span', 'jp-KerasMagic-asOf');
+    head.appendChild(asOf);
+    node.appendChild(head);
+    this._body.appendChild(node);
+    return { node, title: titleNode, asOf };
   }
 
-  private _row(name: string, label: string): IMetricRow {
-    const node = el('div', 'jp-KerasMagic-metric');
-    node.dataset.metric = name;
-    node.appendChild(el('div', 'jp-KerasMagic-label', label));
-    const value = el('div', 'jp-KerasMagic-value', '–');
-    node.appendChild(value);
-    const spark = document.createElementNS('http://www.w3.org/2000/svg', 'svg');
-    spark.setAttribute('class', 'jp-KerasMagic-spark');
-    spark.setAttribute('role', 'img');
-    node.appendChild(spark);
-    const note = el('div', 'jp-KerasMagic-note');
-    node.appendChild(note);
-    this._body.appendChild(node);
-    return { node, value, note, spark };
+  /** One quiet line in a section (a note, or the whole section when it collapses). */
+  private _line(parent: HTMLElement, text: string, name?: string): HTMLElement {
+    const line = el('div', 'jp-KerasMagic-line', text);
+    if (name) {
+      line.dataset.line = name;
+    }
+    parent.appendChild(line);
+    return line;
   }
 
   // ---- rendering -------------------------------------------------------------------------
@@ -217,7 +297,7 @@ export class KerasMagicPanel extends Widget {
     const connected = state.kind === 'connected';
     this._body.hidden = !connected;
     this._renderKernelRecord();
-    this._clearButton.disabled =
+    this._clearing.button.disabled =
       !connected || this.connection.clearReport?.status === 'pending';
     if (!connected) {
       this._stopTicker();
@@ -226,7 +306,9 @@ export class KerasMagicPanel extends Widget {
     const sample = this.connection.latestSample;
     const facts = this.connection.latestFacts;
     if (sample) {
-      this._renderSample(sample);
+      this._renderHeadlines(sample);
+      this._renderGpu(sample);
+      this._renderFooter(sample);
       // Read by the browser tests and bench_sidebar.py: sample-to-screen latency.
       this.node.dataset.sampleTs = String(sample.ts);
       this.node.dataset.sampleSeq = String(sample.seq);
@@ -241,10 +323,12 @@ export class KerasMagicPanel extends Widget {
       );
       this.node.dataset.tfInUseBytes = tfInUse === null ? '' : String(tfInUse);
     }
+    this._renderTf(sample, facts);
     if (facts) {
-      this._renderFacts(facts);
+      this._renderKeras(facts);
       this.node.dataset.executionCount = String(facts.execution_count);
     }
+    this._renderTimeline(sample);
     this._leaks.render(
       this.connection.cellGrowth,
       this.connection.cellsSupported,
@@ -270,30 +354,22 @@ export class KerasMagicPanel extends Widget {
     this._restarted.textContent =
       restartedAt === null
         ? ''
-        : trans.__('restarted %1', formatClock(restartedAt));
+        : trans.__('restarted %1', formatClock(restartedAt / 1000));
     this._restarted.hidden = restartedAt === null;
     this.node.dataset.restartedAt =
       restartedAt === null ? '' : String(restartedAt / 1000);
     const first = this.connection.history.points(SERIES.rss)[0];
     this.node.dataset.historySince = first ? String(first.ts) : '';
-    const report = this.connection.clearReport;
-    if (!report) {
-      this._report.textContent = '';
-      delete this._report.dataset.status;
-    } else {
-      this._report.dataset.status = report.status;
-      this._report.textContent =
-        report.status === 'pending'
-          ? trans.__('Clearing (queued after the running cell)…')
-          : report.error !== undefined
-            ? trans.__('Clear failed: %1', report.error)
-            : report.text;
-    }
-    this._report.hidden = !report;
+    this._clearing.render(this.connection.clearReport);
     const event = this.connection.lastEvent;
     this._event.textContent = event
-      ? trans.__('Last event: %1', event.text ?? event.kind)
+      ? trans.__(
+          'Last event: %1 at %2',
+          event.text ?? event.kind,
+          formatClock(event.ts)
+        )
       : '';
+    this._event.hidden = !event;
   }
 
   private _kernelText(state: ConnectionState): string {
@@ -371,146 +447,224 @@ export class KerasMagicPanel extends Widget {
     }
   }
 
-  private _unavailableText(value: IUnavailable, what: string): string {
-    const trans = this._trans;
-    switch (value.reason) {
-      case 'not_imported':
-        return trans.__(
-          '%1 is not imported yet: the numbers appear once the notebook imports it.',
-          what
-        );
-      case 'not_started':
-        return trans.__(
-          '%1 is imported but its runtime has not started yet (no tensor created).',
-          what
-        );
-      case 'no_device':
-        return trans.__('No GPU: %1', value.detail ?? '');
-      case 'not_installed':
-        return trans.__('%1 is not installed in this kernel.', what);
-      default:
-        return trans.__(
-          '%1 unavailable: %2',
-          what,
-          value.detail ?? value.reason
-        );
-    }
-  }
-
-  private _points(series: string): IPoint[] {
-    return this.connection.history.points(series);
-  }
-
-  private _renderSample(sample: ISample): void {
-    this._renderRss(sample);
-    this._renderTfAllocator(sample);
-    this._renderGpu(sample);
-    this._renderFooter(sample);
-  }
-
-  private _renderRss(sample: ISample): void {
-    const rss = this._rows.rss;
-    rss.value.textContent = bytesOrDash(sample.rss_bytes);
-    rss.note.textContent = isUnavailable(sample.rss_bytes)
-      ? this._unavailableText(sample.rss_bytes, this._trans.__('RSS'))
-      : '';
-    drawSparkline(
-      rss.spark,
-      [this._points(SERIES.rss)],
-      ['jp-KerasMagic-line-rss'],
-      SPARK
+  /** "as of cell [7], 12:03:04": facts read on the main thread after that cell. */
+  private _asOf(facts: IFacts): string {
+    return this._trans.__(
+      'as of cell [%1], %2',
+      facts.execution_count,
+      formatClock(facts.ts)
     );
   }
 
-  /** TensorFlow's CPU allocator: what its tensors use and what its pool holds. */
-  private _renderTfAllocator(sample: ISample): void {
+  /** The big numbers; a tile with no number for this kernel is hidden, not a dash. */
+  private _renderHeadlines(sample: ISample): void {
     const trans = this._trans;
-    const tf = this._rows.tf;
-    if (isUnavailable(sample.tf)) {
-      tf.value.textContent = '–';
-      tf.note.textContent = this._unavailableText(sample.tf, 'TensorFlow');
-      tf.node.dataset.status = sample.tf.reason;
-    } else {
+    const h = this._headlines;
+    const show = (tile: IHeadline, value: string | null, sub = '') => {
+      tile.node.hidden = value === null;
+      tile.value.textContent = value ?? '';
+      tile.sub.textContent = sub;
+    };
+    show(h.rss, bytesOrDash(sample.rss_bytes));
+    const cpu = (name: string) => !isGpuDevice(name);
+    const inUse = sumDevices(sample.tf, 'in_use_bytes', cpu);
+    const unused = sumDevices(sample.tf, 'held_unused_min_bytes', cpu);
+    show(
+      h.tf,
+      inUse === null ? null : formatBytes(inUse),
+      inUse === null
+        ? ''
+        : trans.__('held %1', formatBytes(inUse + (unused ?? 0)))
+    );
+    const proc = sumGpu(sample.gpu, 'process_used_bytes');
+    const tfGpu = sumDevices(sample.tf, 'in_use_bytes', isGpuDevice);
+    show(
+      h.gpu,
+      proc === null
+        ? tfGpu === null
+          ? null
+          : formatBytes(tfGpu)
+        : formatBytes(proc),
+      proc !== null && tfGpu !== null
+        ? trans.__('TF %1', formatBytes(tfGpu))
+        : proc === null && tfGpu !== null
+          ? trans.__('TF view')
+          : ''
+    );
+    show(
+      h.cpu,
+      isNumber(sample.cpu_pct) ? formatPct(sample.cpu_pct) : null,
+      trans.__('of one core')
+    );
+    const host = this.connection.host;
+    show(
+      h.host,
+      host ? formatBytes(host.availableBytes) : null,
+      host ? trans.__('free of %1', formatBytes(host.totalBytes)) : ''
+    );
+  }
+
+  private _renderTimeline(sample: ISample | null): void {
+    const trans = this._trans;
+    const history = this.connection.history;
+    const series: ISeriesSpec[] = [
+      {
+        key: SERIES.rss,
+        label: trans.__('Kernel RSS'),
+        style: 'rss',
+        unit: 'bytes'
+      },
+      {
+        key: SERIES.tfInUse,
+        label: trans.__('TF in use'),
+        style: 'inuse',
+        unit: 'bytes'
+      },
+      {
+        key: SERIES.tfHeld,
+        label: trans.__('TF held'),
+        style: 'held',
+        unit: 'bytes'
+      },
+      {
+        key: SERIES.nvmlProcess,
+        label: trans.__('GPU this kernel (NVML)'),
+        style: 'gpu',
+        unit: 'bytes'
+      },
+      {
+        key: SERIES.gpuTfInUse,
+        label: trans.__('GPU TF in use'),
+        style: 'gputf',
+        unit: 'bytes'
+      },
+      { key: SERIES.cpu, label: trans.__('CPU'), style: 'cpu', unit: 'pct' }
+    ];
+    const runs = this.connection.cellRuns;
+    const lastPoint = history.points(SERIES.rss).slice(-1)[0];
+    const now = Math.max(
+      sample?.ts ?? 0,
+      lastPoint?.ts ?? 0,
+      ...runs.slice(-1).map(r => r.endedTs ?? r.startedTs),
+      ...this.connection.marks.slice(-1).map(m => m.ts)
+    );
+    this._timeline.render({
+      series,
+      points: key => history.points(key),
+      runs,
+      marks: this.connection.marks,
+      now,
+      intervalS: this.connection.intervalS
+    });
+  }
+
+  /** TensorFlow: one quiet line until its runtime runs, then the graph facts. */
+  private _renderTf(sample: ISample | null, facts: IFacts | null): void {
+    const trans = this._trans;
+    const section = this._tfSection;
+    const lines = this._tfLines;
+    lines.textContent = '';
+    const stage = tfStage(sample, facts);
+    section.node.dataset.stage = stage;
+    section.asOf.textContent = '';
+    if (stage !== 'running') {
+      section.node.dataset.quiet = 'true';
+      section.title.textContent =
+        stage === 'not_started'
+          ? trans.__('TensorFlow imported, runtime not started')
+          : trans.__('TensorFlow not imported');
+      return;
+    }
+    section.node.dataset.quiet = 'false';
+    section.title.textContent = trans.__('TensorFlow');
+    if (sample && !isUnavailable(sample.tf)) {
       const cpu = (name: string) => !isGpuDevice(name);
-      const inUse = sumDevices(sample.tf, 'in_use_bytes', cpu);
       const unused = sumDevices(sample.tf, 'held_unused_min_bytes', cpu);
-      tf.value.textContent =
-        inUse === null
-          ? '–'
-          : trans.__(
-              '%1 in use / %2 held',
-              formatBytes(inUse),
-              formatBytes(inUse + (unused ?? 0))
-            );
       const unsupported = Object.entries(sample.tf.devices).find(
         ([name, d]) => cpu(name) && isUnavailable(d.in_use_bytes)
       );
-      tf.note.textContent = unsupported
-        ? this._unavailableText(
-            unsupported[1].in_use_bytes as IUnavailable,
-            unsupported[0]
-          )
-        : unused
-          ? trans.__(
-              'TensorFlow keeps at least %1 it does not use (its pool never shrinks).',
-              formatBytes(unused)
-            )
-          : '';
-      tf.node.dataset.status = 'running';
+      if (unsupported) {
+        const why = unsupported[1].in_use_bytes as IUnavailable;
+        this._line(
+          lines,
+          trans.__('%1: %2', unsupported[0], why.detail ?? why.reason),
+          'allocator'
+        );
+      } else if (unused) {
+        this._line(
+          lines,
+          trans.__(
+            'The pool keeps at least %1 unused; it never shrinks (only a new process returns it).',
+            formatBytes(unused)
+          ),
+          'allocator'
+        );
+      }
     }
-    drawSparkline(
-      tf.spark,
-      [this._points(SERIES.tfHeld), this._points(SERIES.tfInUse)],
-      ['jp-KerasMagic-line-held', 'jp-KerasMagic-line-inuse'],
-      SPARK
+    if (!facts || stageOf(facts.tf_status) !== 'running') {
+      // The sampler saw the runtime start during a cell; the facts come after it.
+      this._line(
+        lines,
+        trans.__('Graph figures: after the running cell'),
+        'graph'
+      );
+      return;
+    }
+    section.asOf.textContent = this._asOf(facts);
+    const ops = facts.graph_op_count;
+    const entries = facts.custom_gradient_entries;
+    const graph = this._line(
+      lines,
+      trans.__(
+        'Graph: %1 ops · %2 CustomGradient entries',
+        isNumber(ops) ? formatCount(ops) : '–',
+        isNumber(entries) ? formatCount(entries) : '–'
+      ),
+      'graph'
+    );
+    graph.title = trans.__(
+      'Each training step Keras 3 traces on TensorFlow adds CustomGradient entries that pin its graph and weights; Clear session purges the dead ones.'
     );
   }
 
-  /** The GPU: TensorFlow's view and NVML's view, labelled apart. */
+  /** The GPU's devices, or one quiet line saying why there is none. */
   private _renderGpu(sample: ISample): void {
-    const gpu = this._rows.gpu;
+    const trans = this._trans;
+    const section = this._gpuSection;
+    const lines = this._gpuLines;
+    lines.textContent = '';
     if (isUnavailable(sample.gpu)) {
-      gpu.value.textContent = '–';
-      gpu.note.textContent = this._unavailableText(
-        sample.gpu,
-        this._trans.__('NVML')
-      );
-      gpu.node.dataset.status = sample.gpu.reason;
-    } else {
-      const tfGpu = sumDevices(sample.tf, 'in_use_bytes', isGpuDevice);
-      const proc = sumGpu(sample.gpu, 'process_used_bytes');
-      const used = sumGpu(sample.gpu, 'used_bytes');
-      const total = sumGpu(sample.gpu, 'total_bytes');
-      gpu.value.textContent = this._trans.__(
-        'TF %1 / kernel %2 / device %3 of %4',
-        bytesOrDash(tfGpu),
-        bytesOrDash(proc),
-        bytesOrDash(used),
-        bytesOrDash(total)
-      );
-      gpu.note.textContent = sample.gpu
-        .map(d =>
-          isUnavailable(d)
-            ? (d.detail ?? d.reason)
-            : `${d.index}: ${d.name ?? ''}`
-        )
-        .join(' · ');
-      gpu.node.dataset.status = 'available';
+      section.node.dataset.quiet = 'true';
+      section.node.dataset.status = sample.gpu.reason;
+      section.title.textContent =
+        sample.gpu.reason === 'no_device'
+          ? trans.__('No GPU')
+          : trans.__('GPU unavailable');
+      section.title.title = sample.gpu.detail ?? sample.gpu.reason;
+      return;
     }
-    drawSparkline(
-      gpu.spark,
-      [
-        this._points(SERIES.nvmlUsed),
-        this._points(SERIES.nvmlProcess),
-        this._points(SERIES.gpuTfInUse)
-      ],
-      [
-        'jp-KerasMagic-line-held',
-        'jp-KerasMagic-line-process',
-        'jp-KerasMagic-line-inuse'
-      ],
-      SPARK
-    );
+    section.node.dataset.quiet = 'false';
+    section.node.dataset.status = 'available';
+    section.title.textContent = trans.__('GPU');
+    section.title.title = '';
+    for (const device of sample.gpu) {
+      if (isUnavailable(device)) {
+        this._line(lines, device.detail ?? device.reason);
+        continue;
+      }
+      this._line(
+        lines,
+        trans.__(
+          '%1 %2: %3 of %4 used, this kernel %5',
+          device.index,
+          device.name ?? '',
+          bytesOrDash(device.used_bytes),
+          bytesOrDash(device.total_bytes),
+          bytesOrDash(device.process_used_bytes)
+        ),
+        'device'
+      );
+    }
   }
 
   private _renderFooter(sample: ISample): void {
@@ -522,52 +676,44 @@ export class KerasMagicPanel extends Widget {
     );
   }
 
-  private _renderFacts(facts: IFacts): void {
-    this._renderGraph(facts);
-    this._renderCounters(facts);
-    this._renderModels(facts);
-  }
-
-  /** The legacy graph's size and TensorFlow's CustomGradient registry. */
-  private _renderGraph(facts: IFacts): void {
-    const graph = this._rows.graph;
-    if (isUnavailable(facts.tf_status)) {
-      graph.value.textContent = '–';
-      graph.note.textContent = this._unavailableText(
-        facts.tf_status,
-        'TensorFlow'
-      );
-    } else {
-      const ops = facts.graph_op_count;
-      const entries = facts.custom_gradient_entries;
-      graph.value.textContent = this._trans.__(
-        '%1 ops / %2 entries',
-        isNumber(ops) ? formatCount(ops) : '–',
-        isNumber(entries) ? formatCount(entries) : '–'
-      );
-      graph.note.textContent = isUnavailable(entries)
-        ? (entries.detail ?? entries.reason)
-        : this._trans.__('After cell [%1]', facts.execution_count);
-    }
-    drawSparkline(
-      graph.spark,
-      [this._points(SERIES.customGradients)],
-      ['jp-KerasMagic-line-inuse'],
-      SPARK
-    );
-  }
-
-  /** Keras' layer name counters, one chip each. */
-  private _renderCounters(facts: IFacts): void {
+  /** Keras: one quiet line until it is imported, then counters and live models. */
+  private _renderKeras(facts: IFacts): void {
+    const trans = this._trans;
+    const section = this._kerasSection;
     this._counters.textContent = '';
+    this._models.textContent = '';
+    const stage = stageOf(facts.keras_status);
+    const quiet = stage === 'not_imported';
+    section.node.dataset.quiet = String(quiet);
+    this._counters.hidden = quiet;
+    this._modelsTitle.hidden = quiet;
+    this._models.hidden = quiet;
+    if (quiet) {
+      // Read after the previous cell: the running one may be importing it now.
+      section.title.textContent = trans.__('Keras not imported');
+      section.asOf.textContent = this._asOf(facts);
+      return;
+    }
+    section.title.textContent = trans.__('Keras');
+    section.asOf.textContent = this._asOf(facts);
     const counters = facts.name_counters;
     if (isUnavailable(counters)) {
       this._counters.textContent = counters.detail ?? counters.reason;
     } else if (Object.keys(counters).length === 0) {
-      this._counters.textContent = isUnavailable(facts.keras_status)
-        ? this._unavailableText(facts.keras_status, 'Keras')
-        : this._trans.__('No layers created yet.');
+      // Not "no layers yet": clear_session() empties the counters while models live on.
+      this._counters.appendChild(
+        el(
+          'span',
+          'jp-KerasMagic-countersLabel',
+          trans.__(
+            'Name counters: empty, the next layer gets a plain name (dense, not dense_3)'
+          )
+        )
+      );
     } else {
+      this._counters.appendChild(
+        el('span', 'jp-KerasMagic-countersLabel', trans.__('Name counters'))
+      );
       for (const [name, count] of Object.entries(counters)) {
         const chip = el('span', 'jp-KerasMagic-chip');
         chip.appendChild(el('span', 'jp-KerasMagic-chipName', name));
@@ -577,21 +723,17 @@ export class KerasMagicPanel extends Widget {
         this._counters.appendChild(chip);
       }
     }
-  }
-
-  /** The live models, their sizes and who holds them. */
-  private _renderModels(facts: IFacts): void {
-    const trans = this._trans;
-    this._models.textContent = '';
     const models = facts.live_models;
     if (isUnavailable(models)) {
-      this._modelsTitle.textContent = trans.__('Live models');
-      this._models.appendChild(
-        el('li', 'jp-KerasMagic-model', models.detail ?? models.reason)
+      this._modelsTitle.textContent = trans.__(
+        'Live models: %1',
+        models.detail ?? models.reason
       );
       return;
     }
-    this._modelsTitle.textContent = trans.__('Live models (%1)', models.length);
+    this._modelsTitle.textContent = models.length
+      ? trans.__('Live models (%1)', models.length)
+      : trans.__('Live models: none');
     for (const model of models) {
       const item = el('li', 'jp-KerasMagic-model');
       item.appendChild(el('span', 'jp-KerasMagic-modelName', model.name));
@@ -617,6 +759,17 @@ export class KerasMagicPanel extends Widget {
       }
       this._models.appendChild(item);
     }
+  }
+
+  /** A click on a cell span: show that cell, or say why not. */
+  private async _showRun(run: ICellRunLike): Promise<void> {
+    const shown = (await this._showRunCallback?.(run)) ?? false;
+    this._runStatus.textContent = shown
+      ? ''
+      : this._trans.__(
+          'Cell [%1] is not in an open notebook (edited away, or run from elsewhere).',
+          run.executionCount ?? '?'
+        );
   }
 
   // ---- isolated jobs ----------------------------------------------------------------------
@@ -805,12 +958,31 @@ export class KerasMagicPanel extends Widget {
   private _kernelLabel: HTMLElement;
   private _notice: HTMLElement;
   private _body: HTMLElement;
-  private _rows: { [name: string]: IMetricRow };
+  private _headlines: { [name: string]: IHeadline };
+  private _timeline: Timeline;
+  private _showRunCallback?: (run: ICellRunLike) => Promise<boolean>;
+  private _runStatus: HTMLElement;
+  private _tfSection: {
+    node: HTMLElement;
+    title: HTMLElement;
+    asOf: HTMLElement;
+  };
+  private _tfLines: HTMLElement;
+  private _gpuSection: {
+    node: HTMLElement;
+    title: HTMLElement;
+    asOf: HTMLElement;
+  };
+  private _gpuLines: HTMLElement;
+  private _kerasSection: {
+    node: HTMLElement;
+    title: HTMLElement;
+    asOf: HTMLElement;
+  };
   private _counters: HTMLElement;
   private _models: HTMLElement;
   private _modelsTitle: HTMLElement;
-  private _clearButton: HTMLButtonElement;
-  private _report: HTMLElement;
+  private _clearing: ClearSection;
   private _event: HTMLElement;
   private _footer: HTMLElement;
   private _restarted: HTMLElement;

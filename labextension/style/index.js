@@ -1,2 +1,3 @@
 import './base.css';
 import './cells.css';
+import './timeline.css';

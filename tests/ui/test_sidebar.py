@@ -38,7 +38,8 @@ def test_sidebar_live_during_fit_clear_and_reload(lab, page, artifacts):
     # 2. Loading attaches the sidebar without any click.
     run_cell(page, 0)
     page.wait_for_selector("#kerasmagic-sidebar[data-state='connected'][data-sample-seq]")
-    assert "not imported" in sidebar.locator("[data-metric='tf'] .jp-KerasMagic-note").text_content()
+    tf_line = sidebar.locator("[data-section='tf'] .jp-KerasMagic-sectionTitle").text_content()
+    assert tf_line == "TensorFlow not imported", tf_line
 
     # 3. Numbers move while fit() holds the kernel.
     run_cell(page, 1)
@@ -48,7 +49,7 @@ def test_sidebar_live_during_fit_clear_and_reload(lab, page, artifacts):
         data = panel_data(page)
         if busy:
             seen_seq.add(data.get("sampleSeq"))
-            seen_rss.add(sidebar.locator("[data-metric='rss'] .jp-KerasMagic-value").text_content())
+            seen_rss.add(sidebar.locator("[data-headline='rss'] .jp-KerasMagic-headlineValue").text_content())
             if len(seen_seq) == 3:
                 page.screenshot(path=str(artifacts / "sidebar-2-during-fit.png"))
         elif len(seen_seq) > 1:
@@ -67,7 +68,7 @@ def test_sidebar_live_during_fit_clear_and_reload(lab, page, artifacts):
     sidebar.locator(".jp-KerasMagic-clear").click()
     page.wait_for_selector("#kerasmagic-sidebar .jp-KerasMagic-report[data-status='ok']", timeout=60_000)
     report = sidebar.locator(".jp-KerasMagic-report").text_content()
-    assert report.startswith("Cleaned in") and "Still held:" in report, report
+    assert report.startswith("Cleaned in") and "Still held (" in report, report
     page.wait_for_function(
         f"() => Number(document.getElementById('kerasmagic-sidebar').dataset.tfInUseBytes) < {before}",
         timeout=20_000,

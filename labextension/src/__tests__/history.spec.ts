@@ -1,5 +1,4 @@
 import { RingBuffer, SeriesHistory } from '../history';
-import { sparklinePaths } from '../sparkline';
 import { recordFacts, recordSample, SERIES } from '../connection';
 import { readFixture } from './fixtures';
 
@@ -57,37 +56,5 @@ describe('SeriesHistory', () => {
     recordFacts(history, fixture('facts.json'));
     expect(newest(history, SERIES.customGradients)?.value).toBe(6);
     expect(newest(history, SERIES.liveModels)?.value).toBe(1);
-  });
-});
-
-describe('sparklinePaths', () => {
-  it('scales to the box and breaks at gaps', () => {
-    const [runs] = sparklinePaths(
-      [
-        [
-          { ts: 0, value: 0 },
-          { ts: 1, value: 10 },
-          { ts: 2, value: null },
-          { ts: 3, value: 5 },
-          { ts: 4, value: 10 }
-        ]
-      ],
-      { width: 40, height: 12 }
-    );
-    expect(runs).toEqual(['0.0,11.0 10.0,1.0', '30.0,6.0 40.0,1.0']);
-  });
-
-  it('copes with empty and flat series', () => {
-    expect(sparklinePaths([[]], { width: 10, height: 10 })).toEqual([[]]);
-    const [flat] = sparklinePaths(
-      [
-        [
-          { ts: 0, value: 3 },
-          { ts: 1, value: 3 }
-        ]
-      ],
-      { width: 10, height: 10, floor: 0 }
-    );
-    expect(flat).toHaveLength(1);
   });
 });

@@ -1,0 +1,204 @@
+import {
+  byteTicks,
+  formatPct,
+  formatTick,
+  ICellRunLike,
+  layoutSpans,
+  linePath,
+  pctTop,
+  pointNear,
+  runAt,
+  runLabel,
+  sliceWindow
+} from '../timeline';
+
+const MIB = 1024 * 1024;
+const GIB = 1024 * MIB;
+
+const run = (
+  executionCount: number | null,
+  startedTs: number,
+  endedTs: number | null
+): ICellRunLike => ({
+  executionCount,
+  cellId: `c${executionCount}`,
+  startedTs,
+  endedTs,
+  status: endedTs === null ? 'running' : 'ok'
+});
+
+describe('byteTicks', () => {
+  it('steps in powers of two from zero, the top at or above the maximum', () => {
+    expect(byteTicks(700 * MIB)).toEqual({
+      top: 768 * MIB,
+      ticks: [0, 256 * MIB, 512 * MIB, 768 * MIB]
+    });
+    expect(byteTicks(2.5 * GIB)).toEqual({
+      top: 3 * GIB,
+      ticks: [0, GIB, 2 * GIB, 3 * GIB]
+    });
+  });
+
+  it('never gives more than the asked number of steps', () => {
+    for (const max of [1, 3 * MIB, 100 * MIB, 1000 * MIB, 70 * GIB]) {
+      const { top, ticks } = byteTicks(max, 4);
+      expect(ticks.length - 1).toBeLessThanOrEqual(4);
+      expect(top).toBeGreaterThanOrEqual(max);
+      expect(ticks[0]).toBe(0);
+    }
+  });
+
+  it('keeps a 1 MiB scale for nothing or a flat zero', () => {
+    expect(byteTicks(0).top).toBe(MIB);
+    expect(byteTicks(NaN).top).toBe(MIB);
+  });
+
+  it('puts an exact power at the top', () => {
+    expect(byteTicks(512 * MIB).top).toBe(512 * MIB);
+  });
+});
+
+describe('formatTick', () => {
+  it('writes short labels without trailing zeros', () => {
+    expect(formatTick(0)).toBe('0');
+    expect(formatTick(256 * MIB)).toBe('256 MiB');
+    expect(formatTick(GIB)).toBe('1 GiB');
+    expect(formatTick(1.5 * GIB)).toBe('1.5 GiB');
+    expect(formatTick(512 * 1024)).toBe('512 KiB');
+  });
+});
+
+describe('pctTop', () => {
+  it('is 100 % unless the kernel uses more than one core', () => {
+    expect(pctTop(0)).toBe(100);
+    expect(pctTop(99.9)).toBe(100);
+    expect(pctTop(140)).toBe(200);
+    expect(pctTop(NaN)).toBe(100);
+  });
+});
+
+describe('formatPct', () => {
+  it('keeps a decimal below 10 %', () => {
+    expect(formatPct(0)).toBe('0 %');
+    expect(formatPct(0.42)).toBe('0.4 %');
+    expect(formatPct(143.4)).toBe('143 %');
+  });
+});
+
+describe('sliceWindow', () => {
+  const points = [0, 10, 20, 30, 40].map(ts => ({ ts, value: ts }));
+
+  it('keeps the window and the point just before it', () => {
+    expect(sliceWindow(points, 15, 40).map(p => p.ts)).toEqual([
+      10, 20, 30, 40
+    ]);
+    expect(sliceWindow(points, 20, 30).map(p => p.ts)).toEqual([10, 20, 30]);
+  });
+
+  it('copes with an empty series and a window past the data', () => {
+    expect(sliceWindow([], 0, 10)).toEqual([]);
+    expect(sliceWindow(points, 100, 200).map(p => p.ts)).toEqual([40]);
+  });
+});
+
+describe('pointNear', () => {
+  const points = [
+    { ts: 0, value: 1 },
+    { ts: 1, value: 2 },
+    { ts: 2, value: null },
+    { ts: 5, value: 4 }
+  ];
+
+  it('finds the nearest point with a number within the gap', () => {
+    expect(pointNear(points, 0.9, 1)?.value).toBe(2);
+    expect(pointNear(points, 0.2, 1)?.value).toBe(1);
+    expect(pointNear(points, 4.5, 1)?.value).toBe(4);
+  });
+
+  it('gives nothing in a gap or too far from any point', () => {
+    expect(pointNear(points, 3, 1)).toBeNull();
+    expect(pointNear(points, 10, 1)).toBeNull();
+    expect(pointNear([], 0, 1)).toBeNull();
+  });
+});
+
+describe('linePath', () => {
+  it('scales the points and breaks the line at gaps', () => {
+    const path = linePath(
+      [
+        { ts: 0, value: 0 },
+        { ts: 1, value: 10 },
+        { ts: 2, value: null },
+        { ts: 3, value: 5 }
+      ],
+      ts => ts * 10,
+      v => 100 - v
+    );
+    expect(path).toBe('M0.0,100.0L10.0,90.0M30.0,95.0');
+  });
+});
+
+describe('layoutSpans', () => {
+  it('places runs in the window, a running one up to now', () => {
+    const boxes = layoutSpans(
+      [run(3, 10, 20), run(4, 50, null), run(1, -100, -50)],
+      0,
+      100,
+      200
+    );
+    expect(boxes.map(b => b.label)).toEqual(['[3]', '[4]']);
+    expect(boxes[0]).toMatchObject({ x: 20, width: 20, running: false });
+    expect(boxes[1]).toMatchObject({ x: 100, width: 100, running: true });
+  });
+
+  it('clips a run that started before the window', () => {
+    const [box] = layoutSpans([run(7, -10, 10)], 0, 100, 100);
+    expect(box).toMatchObject({ x: 0, width: 10 });
+  });
+
+  it('keeps a sub-pixel run visible', () => {
+    const [box] = layoutSpans([run(2, 50, 50.01)], 0, 300, 100);
+    expect(box.width).toBe(2);
+  });
+
+  it('hides a label that would run into the next span', () => {
+    const boxes = layoutSpans(
+      [run(10, 0, 1), run(11, 1, 2), run(12, 50, 60)],
+      0,
+      100,
+      200
+    );
+    expect(boxes.map(b => b.showLabel)).toEqual([false, true, true]);
+  });
+
+  it('moves the label of a span at the right edge to the left', () => {
+    const [box] = layoutSpans([run(12, 95, null)], 0, 100, 200);
+    expect(box).toMatchObject({ x: 190, showLabel: true });
+    expect(box.labelX).toBeCloseTo(200 - (4 * 6.5 + 4));
+  });
+
+  it('never puts a label over the previous one', () => {
+    const boxes = layoutSpans([run(1, 80, 90), run(2, 96, null)], 0, 100, 200);
+    expect(boxes.map(b => b.showLabel)).toEqual([true, false]);
+  });
+
+  it('sorts runs by start', () => {
+    const boxes = layoutSpans([run(2, 30, 40), run(1, 10, 20)], 0, 100, 100);
+    expect(boxes.map(b => b.label)).toEqual(['[1]', '[2]']);
+  });
+});
+
+describe('runAt and runLabel', () => {
+  const runs = [run(1, 0, 10), run(2, 20, null)];
+
+  it('finds the run at a time; a running one lasts until now', () => {
+    expect(runAt(runs, 5, 30)?.executionCount).toBe(1);
+    expect(runAt(runs, 15, 30)).toBeNull();
+    expect(runAt(runs, 29, 30)?.executionCount).toBe(2);
+  });
+
+  it('labels a run as the notebook does', () => {
+    expect(runLabel(run(12, 0, 1))).toBe('[12]');
+    expect(runLabel(run(null, 0, 1))).toBe('[*]');
+  });
+});

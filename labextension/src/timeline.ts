@@ -1,0 +1,848 @@
+/**
+ * The sidebar's timeline: every memory series of the kernel on one byte scale, its CPU %
+ * in a strip below, each cell run as a span and restarts / cleans as marks. Hand-written
+ * SVG: a chart library would multiply the bundle for one small chart. The geometry (scales,
+ * ticks, window, spans, hover lookup) is pure and jest-tested; `Timeline` only draws it.
+ */
+
+import { formatBytes } from './format';
+import { IPoint } from './history';
+import { el } from './dom';
+
+/** One cell run as the kernel recorded it (kernel-clock seconds; `endedTs` null: running). */
+export interface ICellRunLike {
+  executionCount: number | null;
+  cellId: string | null;
+  startedTs: number;
+  endedTs: number | null;
+  status: string;
+}
+
+/** A moment marked on the timeline: `restart`, `clear_tf`, `fresh_model`. */
+export interface IMarkLike {
+  kind: string;
+  ts: number;
+}
+
+/** The part of a `TranslationBundle` the timeline needs (jest passes a plain one). */
+export interface IWording {
+  __(msgid: string, ...args: any[]): string;
+}
+
+// ---- pure geometry --------------------------------------------------------------------
+
+const KIB = 1024;
+const MIB = KIB * KIB;
+
+/**
+ * Byte ticks from 0 at a power-of-two step (0, 256 MiB, 512 MiB, 768 MiB…), at most
+ * `maxTicks` steps, the top tick at or above `max`. Powers of two because the numbers are
+ * IEC (the labels read 256 MiB, not 268 MB). A tiny or empty range still gets a 1 MiB
+ * scale, so a flat line sits at its level instead of filling the box.
+ *
+ * Example: `byteTicks(700 * MIB)` → `{ top: 768 MiB, ticks: [0, 256, 512, 768 MiB] }`.
+ */
+export function byteTicks(
+  max: number,
+  maxTicks = 4
+): { top: number; ticks: number[] } {
+  const high = Number.isFinite(max) && max > MIB ? max : MIB;
+  const step = 2 ** Math.ceil(Math.log2(high / maxTicks));
+  const count = Math.max(1, Math.ceil(high / step - 1e-9));
+  const ticks: number[] = [];
+  for (let i = 0; i <= count; i++) {
+    ticks.push(i * step);
+  }
+  return { top: count * step, ticks };
+}
+
+/** A tick label: `0`, `256 MiB`, `1 GiB`, `1.5 GiB` (no trailing zeros, unlike formatBytes). */
+export function formatTick(bytes: number): string {
+  if (bytes === 0) {
+    return '0';
+  }
+  const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
+  let value = bytes;
+  let unit = 0;
+  while (value >= 1024 && unit < units.length - 1) {
+    value /= 1024;
+    unit += 1;
+  }
+  return `${Number(value.toFixed(2))} ${units[unit]}`;
+}
+
+/** The CPU strip's top: 100 %, or the next 100 above (a kernel can use several cores). */
+export function pctTop(max: number): number {
+  return Number.isFinite(max) && max > 100 ? Math.ceil(max / 100) * 100 : 100;
+}
+
+/**
+ * The points inside `[from, to]`, plus the last one before `from` so that a line enters the
+ * window from its left edge instead of starting late. `points` are oldest first.
+ */
+export function sliceWindow(
+  points: IPoint[],
+  from: number,
+  to: number
+): IPoint[] {
+  let first = lowerBound(points, from);
+  if (first > 0) {
+    first -= 1;
+  }
+  let end = points.length;
+  while (end > first && points[end - 1].ts > to) {
+    end -= 1;
+  }
+  return points.slice(first, end);
+}
+
+/** Index of the first point with `ts >= value` (points oldest first). */
+function lowerBound(points: IPoint[], value: number): number {
+  let lo = 0;
+  let hi = points.length;
+  while (lo < hi) {
+    const mid = (lo + hi) >> 1;
+    if (points[mid].ts < value) {
+      lo = mid + 1;
+    } else {
+      hi = mid;
+    }
+  }
+  return lo;
+}
+
+/**
+ * The point nearest to `ts` with a number, if one lies within `maxGap` seconds; what the
+ * crosshair reads for each series.
+ */
+export function pointNear(
+  points: IPoint[],
+  ts: number,
+  maxGap: number
+): IPoint | null {
+  const at = lowerBound(points, ts);
+  let best: IPoint | null = null;
+  for (const index of [at - 1, at]) {
+    const point = points[index];
+    if (
+      point &&
+      point.value !== null &&
+      Math.abs(point.ts - ts) <= maxGap &&
+      (best === null || Math.abs(point.ts - ts) < Math.abs(best.ts - ts))
+    ) {
+      best = point;
+    }
+  }
+  return best;
+}
+
+/** The SVG path (`M…L…`) of a series, one subpath per run of numbers (null: a gap). */
+export function linePath(
+  points: IPoint[],
+  x: (ts: number) => number,
+  y: (value: number) => number
+): string {
+  const parts: string[] = [];
+  let open = false;
+  for (const point of points) {
+    if (point.value === null) {
+      open = false;
+      continue;
+    }
+    parts.push(
+      `${open ? 'L' : 'M'}${x(point.ts).toFixed(1)},${y(point.value).toFixed(1)}`
+    );
+    open = true;
+  }
+  return parts.join('');
+}
+
+/** Where one cell run is drawn. */
+export interface ISpanBox {
+  run: ICellRunLike;
+  x: number;
+  width: number;
+  label: string;
+  /** False when the label would run into the next span: the readout still names it. */
+  showLabel: boolean;
+  labelX: number;
+  running: boolean;
+}
+
+/** `[12]`, as the notebook numbers cells; `[*]` while no number is known. */
+export function runLabel(run: ICellRunLike): string {
+  return `[${run.executionCount === null ? '*' : run.executionCount}]`;
+}
+
+/**
+ * The cell runs that overlap `[from, to]`, as boxes `width` pixels wide in all; a running
+ * cell reaches `to`. A label is shown where it fits before the next span starts (about
+ * `charPx` per character), so short back-to-back cells do not print over each other.
+ */
+export function layoutSpans(
+  runs: ICellRunLike[],
+  from: number,
+  to: number,
+  width: number,
+  charPx = 6.5
+): ISpanBox[] {
+  const span = to - from || 1;
+  const x = (ts: number) => ((ts - from) / span) * width;
+  const boxes: ISpanBox[] = [];
+  for (const run of [...runs].sort((a, b) => a.startedTs - b.startedTs)) {
+    const end = run.endedTs ?? to;
+    if (end < from || run.startedTs > to) {
+      continue;
+    }
+    const left = Math.max(0, x(run.startedTs));
+    const right = Math.min(width, x(end));
+    boxes.push({
+      run,
+      x: left,
+      // A sub-pixel cell stays visible.
+      width: Math.max(2, right - left),
+      label: runLabel(run),
+      showLabel: false,
+      labelX: left,
+      running: run.endedTs === null
+    });
+  }
+  // A label starts at its span, or further left where the span is at the right edge
+  // (the newest cell: the one people look for), never over its neighbours' labels.
+  let previousEnd = -Infinity;
+  boxes.forEach((box, index) => {
+    const next = boxes[index + 1];
+    const limit = next ? next.x : width;
+    const labelWidth = box.label.length * charPx + 4;
+    const labelX = Math.max(0, Math.min(box.x, limit - labelWidth));
+    box.showLabel = labelX >= previousEnd && labelX + labelWidth <= limit;
+    box.labelX = labelX;
+    if (box.showLabel) {
+      previousEnd = labelX + labelWidth;
+    }
+  });
+  return boxes;
+}
+
+/** The run whose span contains `ts` (the latest one if several), else null. */
+export function runAt(
+  runs: ICellRunLike[],
+  ts: number,
+  now: number
+): ICellRunLike | null {
+  let found: ICellRunLike | null = null;
+  for (const run of runs) {
+    if (run.startedTs <= ts && ts <= (run.endedTs ?? now)) {
+      if (found === null || run.startedTs > found.startedTs) {
+        found = run;
+      }
+    }
+  }
+  return found;
+}
+
+/** HH:MM:SS of a kernel-clock time (epoch seconds), in the browser's time zone. */
+export function formatClock(ts: number): string {
+  const date = new Date(ts * 1000);
+  return [date.getHours(), date.getMinutes(), date.getSeconds()]
+    .map(part => String(part).padStart(2, '0'))
+    .join(':');
+}
+
+/** The percentage as the headline and readout show it: `7 %`, `143 %`, `0.4 %`. */
+export function formatPct(pct: number): string {
+  return `${pct < 10 && pct > 0 ? pct.toFixed(1) : Math.round(pct)} %`;
+}
+
+// ---- the widget -----------------------------------------------------------------------
+
+/** One line of the chart: which history series, its legend text, how it is drawn. */
+export interface ISeriesSpec {
+  key: string;
+  label: string;
+  /** Its stroke style: `jp-KerasMagic-series-<style>`. */
+  style: string;
+  unit: 'bytes' | 'pct';
+}
+
+export interface ITimelineData {
+  series: ISeriesSpec[];
+  points: (key: string) => IPoint[];
+  runs: ICellRunLike[];
+  marks: IMarkLike[];
+  /** The kernel's latest time (its last sample), so browser clock skew does not matter. */
+  now: number;
+  /** Seconds between samples: how far the crosshair looks for a series' point. */
+  intervalS: number;
+}
+
+export const WINDOWS_MIN = [1, 5, 15];
+
+const SVG_NS = 'http://www.w3.org/2000/svg';
+const BAND = 16; // the cell-span label band above the plot
+const PLOT = 112; // the byte plot
+const GAP = 6;
+const STRIP = 26; // the CPU strip
+const AXIS = 13; // time labels
+const HEIGHT = BAND + PLOT + GAP + STRIP + AXIS;
+
+function svg<K extends keyof SVGElementTagNameMap>(
+  tag: K,
+  attrs: { [name: string]: string | number },
+  parent?: SVGElement
+): SVGElementTagNameMap[K] {
+  const node = document.createElementNS(SVG_NS, tag);
+  for (const [name, value] of Object.entries(attrs)) {
+    node.setAttribute(name, String(value));
+  }
+  parent?.appendChild(node);
+  return node;
+}
+
+export namespace Timeline {
+  export interface IOptions {
+    trans: IWording;
+    /** A cell span was clicked (or Enter pressed on it): show that cell. */
+    onRun: (run: ICellRunLike) => void;
+    windowMinutes?: number;
+  }
+}
+
+/**
+ * The chart with its window switch, crosshair readout and legend. `render` redraws from the
+ * data; width follows the sidebar (ResizeObserver), so text is never stretched.
+ */
+export class Timeline {
+  constructor(options: Timeline.IOptions) {
+    this._trans = options.trans;
+    this._onRun = options.onRun;
+    this._windowMin = options.windowMinutes ?? 5;
+    const trans = this._trans;
+    this.node = el('div', 'jp-KerasMagic-timeline');
+
+    const bar = el('div', 'jp-KerasMagic-timelineBar');
+    bar.appendChild(
+      el('h3', 'jp-KerasMagic-sectionTitle', trans.__('Timeline'))
+    );
+    const switcher = el('div', 'jp-KerasMagic-window');
+    switcher.setAttribute('role', 'group');
+    switcher.setAttribute('aria-label', trans.__('Time window'));
+    for (const minutes of WINDOWS_MIN) {
+      const button = el(
+        'button',
+        'jp-KerasMagic-windowButton',
+        trans.__('%1 min', minutes)
+      );
+      button.type = 'button';
+      button.dataset.minutes = String(minutes);
+      button.title = trans.__('Show the last %1 minutes', minutes);
+      button.addEventListener('click', () => {
+        this._windowMin = minutes;
+        this._draw();
+      });
+      switcher.appendChild(button);
+      this._windowButtons.push(button);
+    }
+    bar.appendChild(switcher);
+    this.node.appendChild(bar);
+
+    this._frame = el('div', 'jp-KerasMagic-chartFrame');
+    this._svg = svg('svg', {
+      class: 'jp-KerasMagic-chart',
+      role: 'img',
+      tabindex: 0,
+      height: HEIGHT
+    });
+    this._describedBy = el('div', 'jp-KerasMagic-srOnly');
+    this._describedBy.id = `jp-KerasMagic-chartDesc-${++Timeline._count}`;
+    this._svg.setAttribute('aria-describedby', this._describedBy.id);
+    this._frame.appendChild(this._svg);
+    this._readout = el('div', 'jp-KerasMagic-readout');
+    this._readout.setAttribute('aria-live', 'polite');
+    this._readout.hidden = true;
+    this._frame.appendChild(this._readout);
+    this.node.appendChild(this._frame);
+    this._legend = el('ul', 'jp-KerasMagic-legend');
+    this._legend.setAttribute('aria-label', trans.__('Legend'));
+    this.node.appendChild(this._legend);
+    this.node.appendChild(this._describedBy);
+
+    this._svg.addEventListener('pointermove', event => {
+      this._cursor = this._tsAt(event.clientX);
+      this._drawCursor();
+    });
+    this._svg.addEventListener('pointerleave', () => {
+      if (document.activeElement !== this._svg) {
+        this._cursor = null;
+        this._drawCursor();
+      }
+    });
+    this._svg.addEventListener('blur', () => {
+      this._cursor = null;
+      this._drawCursor();
+    });
+    this._svg.addEventListener('click', event => {
+      const target = (event.target as Element).closest('[data-run]');
+      const index = target ? Number((target as SVGElement).dataset.run) : -1;
+      const box = this._spans[index];
+      if (box) {
+        this._onRun(box.run);
+      }
+    });
+    this._svg.addEventListener('keydown', event => this._onKey(event));
+    this._resize = new ResizeObserver(() => {
+      const width = Math.round(this._frame.clientWidth);
+      if (width > 0 && width !== this._width) {
+        this._width = width;
+        this._draw();
+      }
+    });
+    this._resize.observe(this._frame);
+  }
+
+  readonly node: HTMLElement;
+
+  get windowMinutes(): number {
+    return this._windowMin;
+  }
+
+  dispose(): void {
+    this._resize.disconnect();
+  }
+
+  render(data: ITimelineData): void {
+    this._data = data;
+    this._draw();
+  }
+
+  // ---- drawing --------------------------------------------------------------------------
+
+  private _range(): [number, number] {
+    const now = this._data?.now ?? 0;
+    return [now - this._windowMin * 60, now];
+  }
+
+  private _x(ts: number): number {
+    const [from, to] = this._range();
+    return ((ts - from) / (to - from)) * this._width;
+  }
+
+  private _tsAt(clientX: number): number {
+    const [from, to] = this._range();
+    const left = this._svg.getBoundingClientRect().left;
+    const ratio = Math.min(1, Math.max(0, (clientX - left) / this._width));
+    return from + ratio * (to - from);
+  }
+
+  private _draw(): void {
+    const trans = this._trans;
+    this._windowButtons.forEach(button =>
+      button.setAttribute(
+        'aria-pressed',
+        String(Number(button.dataset.minutes) === this._windowMin)
+      )
+    );
+    this.node.dataset.window = String(this._windowMin);
+    const root = this._svg;
+    root.textContent = '';
+    const data = this._data;
+    const width = this._width || Math.round(this._frame.clientWidth) || 240;
+    this._width = width;
+    root.setAttribute('viewBox', `0 0 ${width} ${HEIGHT}`);
+    root.setAttribute(
+      'aria-label',
+      trans.__(
+        'Memory timeline of this kernel, last %1 minutes',
+        this._windowMin
+      )
+    );
+    if (!data) {
+      return;
+    }
+    const [from, to] = this._range();
+    const visible = data.series.map(spec => ({
+      spec,
+      points: sliceWindow(data.points(spec.key), from, to)
+    }));
+    const drawn = visible.filter(s => s.points.some(p => p.value !== null));
+    const bytes = drawn.filter(s => s.spec.unit === 'bytes');
+    const pct = drawn.filter(s => s.spec.unit === 'pct');
+    const maxOf = (list: typeof drawn) => {
+      let max = 0;
+      for (const { points } of list) {
+        for (const point of points) {
+          if (point.value !== null && point.value > max) {
+            max = point.value;
+          }
+        }
+      }
+      return max;
+    };
+    const { top, ticks } = byteTicks(maxOf(bytes));
+    const cpuTop = pctTop(maxOf(pct));
+    const yBytes = (v: number) => BAND + PLOT - (v / top) * PLOT;
+    const stripTop = BAND + PLOT + GAP;
+    const yPct = (v: number) => stripTop + STRIP - (v / cpuTop) * STRIP;
+    const x = (ts: number) => this._x(ts);
+
+    // Cell spans first, so that lines and marks are drawn over them.
+    const spansLayer = svg('g', { class: 'jp-KerasMagic-spans' }, root);
+    this._spans = layoutSpans(data.runs, from, to, width);
+    this._spans.forEach((box, index) => {
+      const group = svg(
+        'g',
+        {
+          class: `jp-KerasMagic-span${box.running ? ' jp-mod-running' : ''}`,
+          'data-run': index,
+          'data-label': box.label,
+          'data-status': box.run.status
+        },
+        spansLayer
+      );
+      svg(
+        'rect',
+        {
+          class: 'jp-KerasMagic-spanFill',
+          x: box.x,
+          y: BAND,
+          width: box.width,
+          height: PLOT + GAP + STRIP
+        },
+        group
+      );
+      svg(
+        'rect',
+        {
+          class: 'jp-KerasMagic-spanTab',
+          x: box.x,
+          y: 1,
+          width: box.width,
+          height: BAND - 2,
+          rx: 2
+        },
+        group
+      );
+      if (box.showLabel) {
+        const text = svg(
+          'text',
+          { class: 'jp-KerasMagic-spanLabel', x: box.labelX + 2, y: BAND - 4 },
+          group
+        );
+        text.textContent = box.label;
+      }
+      const title = svg('title', {}, group);
+      title.textContent = this._runText(box.run, data.now);
+    });
+
+    // Byte grid and its labels (labels last: a halo keeps them readable over lines).
+    const grid = svg('g', { class: 'jp-KerasMagic-grid' }, root);
+    for (const tick of ticks) {
+      svg(
+        'line',
+        { x1: 0, x2: width, y1: yBytes(tick), y2: yBytes(tick) },
+        grid
+      );
+    }
+    svg(
+      'line',
+      { x1: 0, x2: width, y1: stripTop + STRIP, y2: stripTop + STRIP },
+      grid
+    );
+
+    const lines = svg('g', { class: 'jp-KerasMagic-plotLines' }, root);
+    for (const { spec, points } of bytes) {
+      svg(
+        'path',
+        {
+          class: `jp-KerasMagic-series jp-KerasMagic-series-${spec.style}`,
+          'data-series': spec.key,
+          'data-points': points.filter(p => p.value !== null).length,
+          d: linePath(points, x, yBytes)
+        },
+        lines
+      );
+    }
+    for (const { spec, points } of pct) {
+      const d = linePath(points, x, yPct);
+      const first = points.find(p => p.value !== null);
+      const last = [...points].reverse().find(p => p.value !== null);
+      if (first && last && !points.some(p => p.value === null)) {
+        svg(
+          'path',
+          {
+            class: 'jp-KerasMagic-cpuArea',
+            d: `${d}L${x(last.ts).toFixed(1)},${stripTop + STRIP}L${x(first.ts).toFixed(1)},${stripTop + STRIP}Z`
+          },
+          lines
+        );
+      }
+      svg(
+        'path',
+        {
+          class: `jp-KerasMagic-series jp-KerasMagic-series-${spec.style}`,
+          'data-series': spec.key,
+          'data-points': points.filter(p => p.value !== null).length,
+          d
+        },
+        lines
+      );
+    }
+
+    const marks = svg('g', { class: 'jp-KerasMagic-marks' }, root);
+    for (const mark of data.marks) {
+      if (mark.ts < from || mark.ts > to) {
+        continue;
+      }
+      const mx = x(mark.ts);
+      const group = svg(
+        'g',
+        { class: 'jp-KerasMagic-mark', 'data-kind': mark.kind },
+        marks
+      );
+      svg('line', { x1: mx, x2: mx, y1: BAND, y2: stripTop + STRIP }, group);
+      const right = mx > width - 48;
+      const label = svg(
+        'text',
+        {
+          class: 'jp-KerasMagic-markLabel',
+          x: right ? mx - 3 : mx + 3,
+          y: BAND + 11,
+          'text-anchor': right ? 'end' : 'start'
+        },
+        group
+      );
+      label.textContent = this._markText(mark.kind);
+      const title = svg('title', {}, group);
+      title.textContent = `${this._markText(mark.kind)} ${formatClock(mark.ts)}`;
+    }
+
+    const labels = svg('g', { class: 'jp-KerasMagic-axisLabels' }, root);
+    const label = (text: string, lx: number, ly: number, anchor = 'start') => {
+      const node = svg('text', { x: lx, y: ly, 'text-anchor': anchor }, labels);
+      node.textContent = text;
+    };
+    ticks
+      .slice(1)
+      .forEach(tick => label(formatTick(tick), 2, yBytes(tick) + 10));
+    label(trans.__('CPU %1', formatPct(cpuTop)), 2, stripTop + 9);
+    label(trans.__('−%1 min', this._windowMin), 0, HEIGHT - 2);
+    label(trans.__('now'), width, HEIGHT - 2, 'end');
+
+    this._cursorLayer = svg('g', { class: 'jp-KerasMagic-cursor' }, root);
+    this._visible = visible;
+    this._renderLegend(drawn.map(s => s.spec));
+    this._describe(drawn, data);
+    this._drawCursor();
+  }
+
+  private _renderLegend(specs: ISeriesSpec[]): void {
+    const key = specs.map(s => s.key).join(',');
+    if (key === this._legendKey) {
+      return;
+    }
+    this._legendKey = key;
+    this._legend.textContent = '';
+    for (const spec of specs) {
+      const item = el('li', 'jp-KerasMagic-legendItem');
+      item.dataset.series = spec.key;
+      const swatch = svg('svg', {
+        class: 'jp-KerasMagic-swatch',
+        width: 16,
+        height: 8,
+        'aria-hidden': 'true'
+      });
+      svg(
+        'line',
+        {
+          class: `jp-KerasMagic-series jp-KerasMagic-series-${spec.style}`,
+          x1: 0,
+          x2: 16,
+          y1: 4,
+          y2: 4
+        },
+        swatch
+      );
+      item.appendChild(swatch);
+      item.appendChild(document.createTextNode(spec.label));
+      this._legend.appendChild(item);
+    }
+  }
+
+  /** What a screen reader gets for the chart: each series' latest and range, the runs. */
+  private _describe(
+    drawn: { spec: ISeriesSpec; points: IPoint[] }[],
+    data: ITimelineData
+  ): void {
+    const trans = this._trans;
+    const parts = drawn.map(({ spec, points }) => {
+      const values = points
+        .map(p => p.value)
+        .filter((v): v is number => v !== null);
+      const show = (v: number) =>
+        spec.unit === 'bytes' ? formatBytes(v) : formatPct(v);
+      return trans.__(
+        '%1 %2 (from %3 to %4)',
+        spec.label,
+        show(values[values.length - 1]),
+        show(Math.min(...values)),
+        show(Math.max(...values))
+      );
+    });
+    parts.push(trans.__('%1 cell runs', this._spans.length));
+    const marks = data.marks.filter(m => m.ts >= this._range()[0]);
+    if (marks.length) {
+      parts.push(marks.map(m => this._markText(m.kind)).join(', '));
+    }
+    parts.push(
+      trans.__(
+        'Arrow keys move a cursor through the samples; Enter shows the cell that ran then.'
+      )
+    );
+    this._describedBy.textContent = parts.join('; ');
+  }
+
+  private _markText(kind: string): string {
+    switch (kind) {
+      case 'restart':
+        return this._trans.__('restart');
+      case 'clear_tf':
+        return this._trans.__('clear');
+      case 'fresh_model':
+        return this._trans.__('fresh model');
+      default:
+        return kind;
+    }
+  }
+
+  private _runText(run: ICellRunLike, now: number): string {
+    const end = run.endedTs ?? now;
+    return run.endedTs === null
+      ? this._trans.__(
+          'cell %1 running since %2',
+          runLabel(run),
+          formatClock(run.startedTs)
+        )
+      : this._trans.__(
+          'cell %1 %2–%3 (%4 s)',
+          runLabel(run),
+          formatClock(run.startedTs),
+          formatClock(end),
+          (end - run.startedTs).toFixed(1)
+        );
+  }
+
+  /** The crosshair and the readout of every series at the cursor's time. */
+  private _drawCursor(): void {
+    const layer = this._cursorLayer;
+    const data = this._data;
+    if (!layer || !data) {
+      return;
+    }
+    layer.textContent = '';
+    const ts = this._cursor;
+    this._readout.hidden = ts === null;
+    this.node.dataset.cursor = ts === null ? '' : String(ts);
+    if (ts === null) {
+      return;
+    }
+    const cx = this._x(ts);
+    svg('line', { x1: cx, x2: cx, y1: BAND, y2: HEIGHT - AXIS }, layer);
+    const trans = this._trans;
+    const readout = this._readout;
+    readout.textContent = '';
+    const head = el('div', 'jp-KerasMagic-readoutTime', formatClock(ts));
+    const run = runAt(data.runs, ts, data.now);
+    if (run) {
+      head.textContent += ' · ' + trans.__('cell %1', runLabel(run));
+    }
+    readout.appendChild(head);
+    const maxGap = Math.max(2 * data.intervalS, 1.5);
+    for (const { spec, points } of this._visible) {
+      const point = pointNear(points, ts, maxGap);
+      if (!point || point.value === null) {
+        continue;
+      }
+      const row = el('div', 'jp-KerasMagic-readoutRow');
+      row.dataset.series = spec.key;
+      const swatch = el(
+        'span',
+        `jp-KerasMagic-dot jp-KerasMagic-dot-${spec.style}`
+      );
+      row.appendChild(swatch);
+      row.appendChild(el('span', 'jp-KerasMagic-readoutName', spec.label));
+      row.appendChild(
+        el(
+          'span',
+          'jp-KerasMagic-readoutValue',
+          spec.unit === 'bytes'
+            ? formatBytes(point.value)
+            : formatPct(point.value)
+        )
+      );
+      readout.appendChild(row);
+    }
+    // Keep the readout clear of the cursor: on the side away from it.
+    readout.classList.toggle('jp-mod-left', cx > this._width / 2);
+  }
+
+  private _onKey(event: KeyboardEvent): void {
+    const data = this._data;
+    if (!data) {
+      return;
+    }
+    const [from, to] = this._range();
+    const step = Math.max(data.intervalS, (to - from) / 60);
+    let ts = this._cursor ?? to;
+    switch (event.key) {
+      case 'ArrowLeft':
+        ts -= event.shiftKey ? step * 10 : step;
+        break;
+      case 'ArrowRight':
+        ts += event.shiftKey ? step * 10 : step;
+        break;
+      case 'Home':
+        ts = from;
+        break;
+      case 'End':
+        ts = to;
+        break;
+      case 'Escape':
+        this._cursor = null;
+        this._drawCursor();
+        return;
+      case 'Enter':
+      case ' ': {
+        const run = this._cursor === null ? null : runAt(data.runs, ts, to);
+        if (run) {
+          event.preventDefault();
+          this._onRun(run);
+        }
+        return;
+      }
+      default:
+        return;
+    }
+    event.preventDefault();
+    this._cursor = Math.min(to, Math.max(from, ts));
+    this._drawCursor();
+  }
+
+  private static _count = 0;
+  private _trans: IWording;
+  private _onRun: (run: ICellRunLike) => void;
+  private _windowMin: number;
+  private _windowButtons: HTMLButtonElement[] = [];
+  private _frame: HTMLElement;
+  private _svg: SVGSVGElement;
+  private _readout: HTMLElement;
+  private _legend: HTMLElement;
+  private _legendKey = '';
+  private _describedBy: HTMLElement;
+  private _cursorLayer: SVGGElement | null = null;
+  private _cursor: number | null = null;
+  private _data: ITimelineData | null = null;
+  private _visible: { spec: ISeriesSpec; points: IPoint[] }[] = [];
+  private _spans: ISpanBox[] = [];
+  private _width = 0;
+  private _resize: ResizeObserver;
+}
