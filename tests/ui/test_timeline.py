@@ -268,7 +268,8 @@ def test_clear_session_during_a_running_cell_then_widths_dark_and_restart(lab, p
     sidebar.locator(".jp-KerasMagic-clear").click()
     page.wait_for_selector(f"{SIDEBAR} .jp-KerasMagic-report[data-status='pending']")
     assert sidebar.locator(".jp-KerasMagic-report").text_content().startswith("Queued")
-    assert kernel_status(page) == "busy"
+    # The cell still runs (the kernel's own record; with subshells the status can read idle).
+    assert sidebar.locator(".jp-KerasMagic-span.jp-mod-running").count() == 1
     sidebar.screenshot(path=str(artifacts / "timeline-5-clear-queued.png"))
     page.wait_for_selector(f"{SIDEBAR} .jp-KerasMagic-report[data-status='ok']", timeout=120_000)
     report = sidebar.locator(".jp-KerasMagic-report")
