@@ -66,6 +66,7 @@ class fresh_model:  # noqa: N801 - used like a function: `with fresh_model():`
         seed: ``keras.utils.set_random_seed(seed)`` after the clean, so the block is repeatable.
         purge_hidden: drop output-cache entries and the last exception (default True).
         purge_registry: purge dead TensorFlow gradient-registry entries (default True).
+        clear_jax_caches: also clear JAX's compiled functions (default False; see ``clear_tf``).
         shell: the IPython shell (default: the running one, if any).
         namespace: where ``names`` live when there is no shell (default: the calling
             module's globals; pass ``locals()`` or your own dict from inside a function).
@@ -85,12 +86,14 @@ class fresh_model:  # noqa: N801 - used like a function: `with fresh_model():`
         seed: int | None = None,
         purge_hidden: bool = True,
         purge_registry: bool = True,
+        clear_jax_caches: bool = False,
         shell=None,
         namespace: dict[str, Any] | None = None,
         label: str = "cell",
     ) -> None:
         self._clean_args = dict(
-            shell=shell, seed=seed, purge_hidden=purge_hidden, purge_registry=purge_registry, namespace=namespace
+            shell=shell, seed=seed, purge_hidden=purge_hidden, purge_registry=purge_registry, namespace=namespace,
+            clear_jax_caches=clear_jax_caches,
         )
         self._names = names
         self._label = label

@@ -177,6 +177,9 @@ def _clean_options(before_cell: bool) -> Callable[[_F], _F]:
                  help="Do not drop hidden holders (output-cache entries with models or tensors, the last exception)."),
         argument("--keep-registry", action="store_true",
                  help="Do not purge dead CustomGradient entries from TensorFlow's gradient registry."),
+        argument("--jax-caches", action="store_true",
+                 help="Also clear JAX's compiled functions (jax.clear_caches()); off by default: the "
+                      "next model then recompiles everything."),
     )
 
 
@@ -462,6 +465,7 @@ class KerasMagics(Magics):
             report = clear_tf(
                 *args.names, shell=self.shell, seed=args.seed,
                 purge_hidden=not args.keep_hidden, purge_registry=not args.keep_registry,
+                clear_jax_caches=args.jax_caches,
             )
         return self._deliver(args, report)
 
@@ -552,7 +556,7 @@ class KerasMagics(Magics):
         with _usage_errors():
             context = fresh_model(
                 *args.names, seed=args.seed, purge_hidden=not args.keep_hidden,
-                purge_registry=not args.keep_registry, shell=self.shell,
+                purge_registry=not args.keep_registry, clear_jax_caches=args.jax_caches, shell=self.shell,
                 label=f"cell [{runner.cell_number}]",
             )
             result = context.__enter__()
