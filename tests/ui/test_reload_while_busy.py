@@ -1,0 +1,71 @@
+"""A page reload while a cell runs: the sidebar attaches at once (over a kernel subshell),
+not when the cell ends."""
+
+import json
+
+import pytest
+
+from .conftest import notebook, panel_data, run_cell, wait_idle, wait_kernel_ready
+
+pytestmark = pytest.mark.ui
+
+SIDEBAR = "#kerasmagic-sidebar"
+# Far longer than every wait below: if the panel attached only after the cell, it would not in time.
+BUSY_S = 240
+# The cell leaves a file when it ends: the test's proof that it had not ended yet. (The kernel's
+# status cannot say: a comm message on a subshell publishes busy/idle too, and JupyterLab shows
+# the last one.)
+CELLS = ["%load_ext kerasmagic", f"import time\ntime.sleep({BUSY_S})\nopen('cell-ended', 'w').close()"]
+
+
+def _open_notebook(page, lab, navigate: bool = True) -> None:
+    if navigate:
+        page.goto(lab.lab_url("busy.ipynb"))
+    page.wait_for_function("() => !!window.jupyterapp")
+    page.evaluate(
+        """async () => {
+            await window.jupyterapp.restored;
+            await window.jupyterapp.commands.execute('docmanager:open', {path: 'busy.ipynb'});
+        }"""
+    )
+    page.wait_for_function("() => window.jupyterapp.shell.currentWidget?.context?.path === 'busy.ipynb'")
+    page.evaluate("() => window.jupyterapp.shell.activateById('kerasmagic-sidebar')")
+
+
+def test_a_reload_while_a_cell_runs_attaches_before_the_cell_ends(lab, page, artifacts):
+    (lab.root / "busy.ipynb").write_text(json.dumps(notebook(CELLS)))
+    _open_notebook(page, lab)
+    wait_kernel_ready(page)
+    run_cell(page, 0)
+    page.wait_for_selector(f"{SIDEBAR}[data-state='connected'][data-sample-seq]", timeout=60_000)
+    before = panel_data(page)
+
+    run_cell(page, 1)
+    page.wait_for_function(
+        "() => window.jupyterapp.shell.currentWidget.sessionContext.session.kernel.status === 'busy'")
+    page.reload()
+    _open_notebook(page, lab, navigate=False)
+    # Connected, with live samples, while the kernel is still busy with the same cell: before
+    # the fix the comm_open waited behind it and the panel said "Connecting…" until it ended.
+    page.wait_for_selector(f"{SIDEBAR}[data-state='connected'][data-sample-seq]", timeout=90_000)
+    first = panel_data(page)
+    page.wait_for_function(
+        "(seq) => Number(document.getElementById('kerasmagic-sidebar').dataset.sampleSeq) > seq",
+        arg=int(first["sampleSeq"]), timeout=30_000,
+    )
+    attached = panel_data(page)
+    assert not (lab.root / "cell-ended").exists(), "the cell ended before the panel attached: this proves nothing"
+    # The same kernel process: the reloaded page's samples continue its count.
+    assert int(attached["sampleSeq"]) > int(first["sampleSeq"]) > int(before["sampleSeq"])
+    assert int(attached["rssBytes"]) > 10_000_000, attached
+    page.screenshot(path=str(artifacts / "sidebar-reload-while-busy.png"))
+
+    # Stop the cell: the kernel goes on, and the panel stays attached.
+    page.evaluate("() => window.jupyterapp.shell.currentWidget.sessionContext.session.kernel.interrupt()")
+    wait_idle(page)
+    seq = int(panel_data(page)["sampleSeq"])
+    page.wait_for_function(
+        "(seq) => Number(document.getElementById('kerasmagic-sidebar').dataset.sampleSeq) > seq",
+        arg=seq, timeout=30_000,
+    )
+    assert panel_data(page)["state"] == "connected"
