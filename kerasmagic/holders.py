@@ -13,6 +13,7 @@ from __future__ import annotations
 import gc
 import sys
 import types
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -388,15 +389,20 @@ def find_holders(shell=None, census: bool = True) -> HolderReport:
     """
     if shell is None:
         shell = running_shell()
-    objects = collect_heavy(shell) if shell is not None else []
-    unreachable = None
-    if census:
-        reachable = {id(o.obj) for o in objects}
-        unreachable = [
-            HeavyObject(model, describe(model), [])
-            for model in live_models()
-            if id(model) not in reachable
-        ]
+    # Looking at every object touches modules' lazy attributes, and some warn when touched
+    # (torch's deprecated torch.distributed.reduce_op printed a FutureWarning into the cell):
+    # those warnings are about our scan, not the user's code.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        objects = collect_heavy(shell) if shell is not None else []
+        unreachable = None
+        if census:
+            reachable = {id(o.obj) for o in objects}
+            unreachable = [
+                HeavyObject(model, describe(model), [])
+                for model in live_models()
+                if id(model) not in reachable
+            ]
     return HolderReport(objects, unreachable)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import operator
 import sys
+import warnings
 
 import pytest
 
@@ -132,3 +133,21 @@ def test_a_bad_namespace_is_told_in_words(namespace, kind):
     with pytest.raises(KerasMagicUsageError, match=expected):
         with fresh_model("x", namespace=namespace):
             pass
+
+
+def test_who_scan_prints_no_warning_of_objects_it_looks_at(shell, capfd):
+    # An object that warns on any attribute access, as torch's deprecated
+    # torch.distributed.reduce_op does: isinstance() reads its __class__.
+    run(shell, "import warnings\n"
+               "class Deprecated:\n"
+               "    def __getattribute__(self, name):\n"
+               "        warnings.warn('reduce_op is deprecated', FutureWarning)\n"
+               "        return object.__getattribute__(self, name)\n"
+               "reduce_op = Deprecated()")
+    with warnings.catch_warnings(record=True) as shown:
+        warnings.simplefilter("always")  # as in a fresh kernel: every warning is shown once
+        report = run(shell, "%tf_mem --who -q -o")
+    assert report.holders is not None
+    assert not [str(w.message) for w in shown if "deprecated" in str(w.message)]
+    assert "deprecated" not in capfd.readouterr().err
+    run(shell, "del reduce_op, Deprecated")
