@@ -69,3 +69,14 @@ def test_a_reload_while_a_cell_runs_attaches_before_the_cell_ends(lab, page, art
         arg=seq, timeout=30_000,
     )
     assert panel_data(page)["state"] == "connected"
+    # Reloads leave no subshell threads behind: only the new page's is left. (The sidebar deletes
+    # its subshell on unload; with this jupyter_server a closed page's go anyway.)
+    subshells = page.evaluate(
+        """async () => {
+            const kernel = window.jupyterapp.shell.currentWidget.sessionContext.session.kernel;
+            await kernel.info;
+            const reply = await kernel.requestListSubshell({}).done;
+            return reply.content.subshell_id;
+        }"""
+    )
+    assert len(subshells) == 1, subshells
