@@ -230,7 +230,7 @@ export class LiveConnection implements IDisposable {
     this._onPageVisibility = () => this._sendVisibility();
     this._onPageUnload = () => {
       this._closeComm();
-      this._dropSubshell(true); // else every reload would leave a subshell thread behind
+      this._dropSubshell(true); // best effort: no subshell thread of ours outlives the page
     };
     document.addEventListener('visibilitychange', this._onPageVisibility);
     // A reloaded page opens a new comm; closing the old one stops its samples at once.

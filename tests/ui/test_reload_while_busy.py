@@ -70,7 +70,7 @@ def test_a_reload_while_a_cell_runs_attaches_before_the_cell_ends(lab, page, art
     )
     assert panel_data(page)["state"] == "connected"
     # Reloads leave no subshell threads behind: only the new page's is left. (The sidebar deletes
-    # its subshell on unload; with this jupyter_server a closed page's go anyway.)
+    # its subshell on unload; in this test a closed page's subshell also went without that.)
     subshells = page.evaluate(
         """async () => {
             const kernel = window.jupyterapp.shell.currentWidget.sessionContext.session.kernel;
