@@ -453,6 +453,18 @@ export class LiveConnection implements IDisposable {
     kernel: Kernel.IKernelConnection,
     msg: KernelMessage.IIOPubMessage
   ): void {
+    if (
+      msg.header.msg_type === 'status' &&
+      (msg.parent_header as KernelMessage.IHeader).msg_type ===
+        'execute_request'
+    ) {
+      const state = (msg.content as KernelMessage.IStatusMsg['content'])
+        .execution_state;
+      this._executing = state === 'busy';
+      if (state === 'idle') {
+        this._flushDeferred();
+      }
+    }
     // After a cell ran in a kernel without the channel, try again: the cell may have been
     // `%load_ext kerasmagic`. Keyed on execute_request so our own comm_open's busy/idle
     // cycle does not loop.
@@ -679,6 +691,8 @@ export class LiveConnection implements IDisposable {
 
   private _detach(): void {
     this._attempt++; // an open still waiting for its connection is not wanted any more
+    this._deferred.clear();
+    this._executing = false;
     this._closeComm();
     this._kernel?.iopubMessage.disconnect(this._onIopub, this);
     this._dropSubshell(
@@ -752,6 +766,9 @@ export class LiveConnection implements IDisposable {
         break;
       case 'cell_run':
         upsertCellRun(this._record().cellRuns, cellRunOf(message.run));
+        if (message.run.ended_ts !== null) {
+          this._flushDeferred();
+        }
         break;
       case 'history':
         this._replay(message);
@@ -805,9 +822,33 @@ export class LiveConnection implements IDisposable {
   }
 
   private _send(data: { method: string; [key: string]: unknown }): void {
-    if (this._comm && !this._comm.isDisposed) {
-      this._comm.send(data as any);
+    if (!this._comm || this._comm.isDisposed) {
+      return;
     }
+    if (this.subshellId !== null && this._cellRunning()) {
+      // Every message a subshell handles publishes busy, then idle, on IOPub, and JupyterLab
+      // shows the kernel as whichever it saw last: a tab switch during a long fit would show
+      // the kernel idle. The kernel would run these after the cell anyway (a clear), or they
+      // can wait for it (visibility, interval): send them when the cell is over, the latest
+      // of each kind.
+      this._deferred.set(data.method, data);
+      return;
+    }
+    this._comm.send(data as any);
+  }
+
+  /** Whether the followed kernel's main shell is running a cell, as far as this page knows. */
+  private _cellRunning(): boolean {
+    const runs = this._record().cellRuns;
+    const last = runs[runs.length - 1];
+    return this._executing || (last !== undefined && last.endedTs === null);
+  }
+
+  /** Send what waited for the running cell (see `_send`). */
+  private _flushDeferred(): void {
+    const waiting = [...this._deferred.values()];
+    this._deferred.clear();
+    waiting.forEach(data => this._send(data));
   }
 
   private _isVisible(): boolean {
@@ -857,6 +898,13 @@ export class LiveConnection implements IDisposable {
   private _cellGrowth: ICellGrowth | null = null;
   private _jobs = new JobTable();
   private _panelVisible = false;
+  /** Messages waiting for the running cell to end, by method (see `_send`). */
+  private _deferred = new Map<
+    string,
+    { method: string; [key: string]: unknown }
+  >();
+  /** The kernel's main shell is running an execute_request (from IOPub status). */
+  private _executing = false;
   private _sentVisible: boolean | null = null;
   private _requestCounter = 0;
   private _pendingClears = new Map<

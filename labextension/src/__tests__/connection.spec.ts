@@ -326,6 +326,36 @@ describe('LiveConnection and kernel subshells', () => {
     connection.dispose();
   });
 
+  it('holds its own messages while a cell runs, so the kernel never looks idle', async () => {
+    const kernel = busyKernelWithSubshells();
+    const connection = new LiveConnection({ intervalS: 1, historyMinutes: 5 });
+    connection.setSessionContext(new FakeSession(kernel) as any);
+    connection.setVisible(true);
+    await waitFor(() => kernel.clones.length === 1);
+    const clone = kernel.clones[0];
+    await waitFor(() => clone.comms.length === 1);
+    clone.comm.receive(hello(4242));
+    const status = (state: string) =>
+      kernel.iopubMessage.emit({
+        header: { msg_type: 'status' },
+        parent_header: { msg_type: 'execute_request' },
+        content: { execution_state: state }
+      });
+    status('busy');
+    const methods = () => clone.comm.sent.map((data: any) => data.method);
+    const before = methods().length;
+    connection.setVisible(false);
+    connection.configure({ intervalS: 2, historyMinutes: 5 });
+    connection.configure({ intervalS: 3, historyMinutes: 5 });
+    expect(methods()).toHaveLength(before); // each would flip the kernel to idle
+    status('idle');
+    expect(methods().slice(before)).toEqual(['visibility', 'configure']);
+    expect(clone.comm.sent.slice(-1)[0].interval_s).toBe(3); // the latest of each kind
+    connection.setVisible(true); // no cell: at once
+    expect(methods().slice(-1)).toEqual(['visibility']);
+    connection.dispose();
+  });
+
   it('uses the main shell where the kernel has no subshells or the user said no', async () => {
     const plain = new FakeKernel('k1');
     plain.answers = {
