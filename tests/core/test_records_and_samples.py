@@ -110,7 +110,7 @@ def test_dropped_finds_the_reference_steps_by_name_not_position():
 
 
 def test_a_failing_step_is_reported_and_the_clean_goes_on(monkeypatch):
-    def broken(step):
+    def broken(step, *_):
         raise RuntimeError("backend on fire")
 
     monkeypatch.setattr(clean, "_clear_jax_caches", broken)
@@ -122,7 +122,7 @@ def test_a_failing_step_is_reported_and_the_clean_goes_on(monkeypatch):
 
 
 def test_an_interrupt_in_a_step_is_not_swallowed(monkeypatch):
-    def interrupted(step):
+    def interrupted(step, *_):
         raise KeyboardInterrupt
 
     monkeypatch.setattr(clean, "_clear_jax_caches", interrupted)

@@ -104,15 +104,16 @@ def test_an_input_that_cannot_be_rebuilt_is_a_shipping_error_not_the_users():
 
 
 def test_an_import_failure_shows_the_python_exception():
-    # A kernel on Keras' TensorFlow backend asks for JAX, which is not installed: the user
-    # sees Python's exception and the variable that caused it, not TensorFlow's log chatter.
+    # A kernel on Keras' TensorFlow backend asks for OpenVINO's, which is not installed (JAX
+    # and torch may well be): the user sees Python's exception and the variable that caused
+    # it, not TensorFlow's log chatter.
     script = textwrap.dedent("""
         import os
         os.environ["TF_CPP_MIN_LOG_LEVEL"] = "0"  # the chatter that used to hide the cause
         import keras
         from kerasmagic.isolation import IsolatedCrash, run_isolated
         try:
-            run_isolated("x = 1", env={"KERAS_BACKEND": "jax"}, quiet=True, timeout=120)
+            run_isolated("x = 1", env={"KERAS_BACKEND": "openvino"}, quiet=True, timeout=120)
         except IsolatedCrash as exc:
             print(exc)
     """)
@@ -121,7 +122,7 @@ def test_an_import_failure_shows_the_python_exception():
     assert done.returncode == 0, done.stderr
     message = done.stdout.strip()
     assert message.startswith("the isolated process could not import"), message
-    assert "No module named 'jax'" in message and "differs from the kernel's in KERAS_BACKEND" in message
+    assert "No module named 'openvino'" in message and "differs from the kernel's in KERAS_BACKEND" in message
     assert "oneDNN" not in message and "absl" not in message
 
 
