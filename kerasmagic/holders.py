@@ -26,7 +26,7 @@ from .tables import Report, Section, format_bytes
 __all__ = ['LAST_EXCEPTION_HOLDERS', 'OUTPUT_CACHE_ALIASES', 'HeavyObject', 'Holder', 'HolderReport', 'collect_heavy',
            'describe', 'exception_holders', 'find_holders', 'is_heavy', 'is_output_cache_name',
            'iter_namespace_references', 'iter_references', 'last_exception_refs', 'live_models', 'pins_heavy',
-           'running_shell', 'tensor_nbytes', 'user_variable_names']
+           'running_shell', 'tensor_device', 'tensor_nbytes', 'user_variable_names']
 
 #: Arrays and tensors smaller than this are not worth listing.
 LARGE_OBJECT_BYTES = 1 << 20
@@ -86,6 +86,33 @@ def tensor_nbytes(obj: Any) -> int | None:
     return None
 
 
+def tensor_device(obj: Any) -> str | None:
+    """Where a TF/torch/JAX tensor lives (``GPU:0``, ``cuda:1``, ``gpu:0``), None for host memory.
+
+    Host memory (numpy, a tensor on a CPU device) is None: only a device worth naming is named.
+
+    Example:
+        >>> import numpy as np
+        >>> tensor_device(np.zeros(3)) is None
+        True
+    """
+    root = (type(obj).__module__ or "").split(".", 1)[0]
+    try:
+        if root == "tensorflow":
+            name = str(getattr(obj, "device", "") or "").rsplit("device:", 1)[-1]
+        elif root == "torch":
+            name = str(getattr(obj, "device", "") or "")
+        elif root in ("jax", "jaxlib") and callable(getattr(obj, "devices", None)):
+            name = ", ".join(sorted(f"{d.platform}:{d.id}" for d in obj.devices()))
+        elif root == "keras" and hasattr(obj, "value"):
+            return tensor_device(obj.value)
+        else:
+            return None
+    except Exception:  # noqa: BLE001 - a deleted or half-built tensor must not break a report
+        return None
+    return name if name and not name.lower().startswith("cpu") else None
+
+
 def is_heavy(obj: Any) -> bool:
     """A Keras model, or an array/tensor of at least ``LARGE_OBJECT_BYTES``."""
     if _isinstance(obj, keras_probe.model_classes()):
@@ -117,7 +144,9 @@ def describe(obj: Any) -> dict[str, Any]:
         return {"kind": "model", "label": f"{footprint['class']} '{footprint['name']}'", "bytes": total, **footprint}
     size = tensor_nbytes(obj)
     shape = tuple(getattr(obj, "shape", ()) or ())
-    return {"kind": "tensor", "label": f"{type(obj).__name__}{list(shape)}", "bytes": size}
+    device = tensor_device(obj)
+    label = f"{type(obj).__name__}{list(shape)}" + (f" on {device}" if device else "")
+    return {"kind": "tensor", "label": label, "bytes": size, "device": device}
 
 
 @dataclass

@@ -151,3 +151,27 @@ def test_who_scan_prints_no_warning_of_objects_it_looks_at(shell, capfd):
     assert not [str(w.message) for w in shown if "deprecated" in str(w.message)]
     assert "deprecated" not in capfd.readouterr().err
     run(shell, "del reduce_op, Deprecated")
+
+
+def test_who_says_when_a_tensor_lives_on_a_gpu(shell):
+    # torch is not installed here: a stand-in that answers as a CUDA tensor does.
+    run(shell, "class Tensor:\n"
+               "    __module__ = 'torch'\n"
+               "    shape = (4096, 4096)\n"
+               "    device = 'cuda:1'\n"
+               "    def nelement(self): return 4096 * 4096\n"
+               "    def element_size(self): return 4\n"
+               "on_gpu = Tensor()\n"
+               "import numpy as np\non_host = np.ones((4096, 4096), dtype=np.float32)")
+    text = str(run(shell, "%tf_mem --who -q -o"))
+    assert "Tensor[4096, 4096] on cuda:1" in text
+    assert "ndarray[4096, 4096] " in text and "ndarray[4096, 4096] on" not in text
+    run(shell, "del on_gpu, on_host, Tensor")
+
+
+def test_a_tensorflow_tensor_on_the_cpu_names_no_device(shell):
+    run(shell, "import tensorflow as tf\nbig = tf.ones((2048, 2048))")
+    report = run(shell, "%tf_mem --who -q -o")
+    (item,) = [o for o in report.holders.to_dict()["objects"] if "big" in str(o["holders"])]
+    assert item["device"] is None and " on " not in item["label"]
+    run(shell, "del big")
