@@ -1,4 +1,5 @@
-"""A real `jupyter lab` on a free port in a temp dir, and headless Chromium driving it."""
+"""A real `jupyter lab` (or Jupyter Notebook 7) on a free port in a temp dir, and headless
+Chromium driving it."""
 
 import json
 import os
@@ -39,7 +40,13 @@ def notebook(cells: list[str]) -> dict:
 
 
 class LabServer:
-    def __init__(self, root: Path) -> None:
+    """`app="lab"`: JupyterLab; `app="notebook"`: Jupyter Notebook 7, one document per page. Both
+    are the same kind of server application (a LabServerApp), so they take the same options under
+    their own class name."""
+
+    APPS = {"lab": "LabApp", "notebook": "JupyterNotebookApp"}
+
+    def __init__(self, root: Path, app: str = "lab") -> None:
         if not Path(CHROMIUM).exists():
             # A missing browser fails (never skips): a green run must mean the sidebar was tested.
             pytest.fail(
@@ -49,6 +56,8 @@ class LabServer:
                 pytrace=False,
             )
         self.root = root
+        self.app = app
+        app_class = self.APPS[app]
         self.port = _free_port()
         self.token = secrets.token_hex(16)
         self.url = f"http://127.0.0.1:{self.port}"
@@ -58,11 +67,11 @@ class LabServer:
                    # TF's CPU allocator keeps the statistics the panel shows only with oneDNN on,
                    # which TF turns on by itself on Intel CPUs but not on AMD ones (CI's machine).
                    TF_ENABLE_ONEDNN_OPTS=os.environ.get("TF_ENABLE_ONEDNN_OPTS", "1"))
-        args = [sys.executable, "-m", "jupyter", "lab", "--no-browser", f"--port={self.port}",
+        args = [sys.executable, "-m", "jupyter", app, "--no-browser", f"--port={self.port}",
                 "--ServerApp.ip=127.0.0.1", f"--IdentityProvider.token={self.token}",
-                f"--ServerApp.root_dir={root}", "--LabApp.expose_app_in_browser=True",
-                f"--LabApp.workspaces_dir={home / 'workspaces'}",
-                f"--LabApp.user_settings_dir={home / 'settings'}",
+                f"--ServerApp.root_dir={root}", f"--{app_class}.expose_app_in_browser=True",
+                f"--{app_class}.workspaces_dir={home / 'workspaces'}",
+                f"--{app_class}.user_settings_dir={home / 'settings'}",
                 "--ServerApp.open_browser=False"]
         if hasattr(os, "geteuid") and os.geteuid() == 0:
             args.append("--ServerApp.allow_root=True")
@@ -78,7 +87,7 @@ class LabServer:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise RuntimeError(f"jupyter lab exited: {(self.root / 'server.log').read_text()[-3000:]}")
+                raise RuntimeError(f"jupyter {self.app} exited: {(self.root / 'server.log').read_text()[-3000:]}")
             try:
                 # The http:// address of the server this fixture started.
                 with urllib.request.urlopen(f"{self.url}/api/status?token={self.token}", timeout=2) as reply:  # noqa: S310
@@ -86,10 +95,14 @@ class LabServer:
                     return
             except OSError:
                 time.sleep(0.3)
-        raise TimeoutError("jupyter lab did not start")
+        raise TimeoutError(f"jupyter {self.app} did not start")
 
     def lab_url(self, path: str) -> str:
         return f"{self.url}/lab/tree/{path}?token={self.token}&reset"
+
+    def notebook_url(self, path: str) -> str:
+        """Notebook 7's page for one notebook (its own page, no tabs)."""
+        return f"{self.url}/notebooks/{path}?token={self.token}"
 
     def stop(self) -> None:
         self.process.terminate()
@@ -184,3 +197,19 @@ def wait_idle(page, timeout_s: float = 120) -> None:
 
 def panel_data(page) -> dict:
     return page.evaluate("() => Object.assign({}, document.getElementById('kerasmagic-sidebar').dataset)")
+
+
+def timeline(page) -> dict:
+    """What the sidebar's timeline draws, read from its DOM: the cell spans' labels (`[N]`) in
+    time order, the number of points of each series, and the chart's text description (each
+    series' latest value and its range, "Kernel RSS 1.2 GiB (from 300 MiB to 1.2 GiB)")."""
+    return page.evaluate("""() => {
+        const svg = document.querySelector('#kerasmagic-sidebar svg.jp-KerasMagic-chart');
+        if (!svg) return {spans: [], series: {}, description: ''};
+        return {
+            spans: [...svg.querySelectorAll('.jp-KerasMagic-span')].map(g => g.dataset.label),
+            series: Object.fromEntries([...svg.querySelectorAll('path.jp-KerasMagic-series')]
+                .map(p => [p.dataset.series, Number(p.dataset.points)])),
+            description: document.getElementById(svg.getAttribute('aria-describedby'))?.textContent ?? '',
+        };
+    }""")

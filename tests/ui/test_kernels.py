@@ -1,19 +1,30 @@
-"""Two notebooks on two kernels, then a restart: what belongs to one kernel stays with it."""
+"""Two notebooks on two kernels, then a restart: what belongs to one kernel stays with it (the
+Clear session report, the last event, the timeline's cell spans and points)."""
 
 import json
+import re
 
 import pytest
 
-from .conftest import notebook, panel_data, run_cell, wait_idle, wait_kernel_ready
+from .conftest import notebook, panel_data, run_cell, timeline, wait_idle, wait_kernel_ready
 
 pytestmark = pytest.mark.ui
 
+# A holds 256 MiB (np.ones: every page touched) from before its sampler starts, so every point of
+# A's timeline is far above every point of B's, which holds nothing: a point of one kernel drawn
+# in the other's timeline moves that timeline's range across the gap.
 A_CELLS = [
+    "import numpy as np\nx = np.ones((65536, 1024), 'float32')",
     "%load_ext kerasmagic",
-    "import numpy as np\nx = np.zeros((20000, 256), 'float32')",
     "%clear_tf",
+    "a = 4",
 ]
-B_CELLS = ["%load_ext kerasmagic"]
+# B's runs are [1] (the load, which is no span: the cell hooks start with it), [2] and [3];
+# A's spans are [3] and [4]: a mix shows a label twice or one the notebook never ran.
+B_CELLS = ["%load_ext kerasmagic", "b = 2", "b = 3"]
+A_SPANS = ["[3]", "[4]"]
+B_SPANS = ["[2]", "[3]"]
+UNITS = {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30}
 
 SIDEBAR = "#kerasmagic-sidebar"
 
@@ -41,6 +52,30 @@ def _text(page, selector: str) -> str:
     return node.text_content() if node.is_visible() else ""
 
 
+def _rss_range(description: str) -> tuple[float, float]:
+    """The kernel RSS range the chart's description gives: "Kernel RSS 300 MiB (from 280 MiB to
+    310 MiB)" → (280 MiB, 310 MiB) in bytes."""
+    found = re.search(r"Kernel RSS [^(]*\(from ([\d.]+) (\w+) to ([\d.]+) (\w+)\)", description)
+    assert found, description
+    low, low_unit, high, high_unit = found.groups()
+    return float(low) * UNITS[low_unit], float(high) * UNITS[high_unit]
+
+
+def _wait_spans(page, labels: list[str]) -> dict:
+    """Wait until the timeline draws at least `labels` and some points; return what it draws (the
+    caller asserts it is exactly that: waiting only for what must be there lets extras show)."""
+    page.wait_for_function(
+        f"""(labels) => {{
+            const drawn = [...document.querySelectorAll('{SIDEBAR} .jp-KerasMagic-span')].map(g => g.dataset.label);
+            return labels.every(l => drawn.includes(l))
+                && Number(document.querySelector('{SIDEBAR} path[data-series=rss]')?.dataset.points) >= 2;
+        }}""",
+        arg=labels,
+        timeout=60_000,
+    )
+    return timeline(page)
+
+
 def test_two_kernels_keep_their_own_report_and_a_restart_starts_anew(lab, page, artifacts):
     (lab.root / "a.ipynb").write_text(json.dumps(notebook(A_CELLS)))
     (lab.root / "b.ipynb").write_text(json.dumps(notebook(B_CELLS)))
@@ -49,11 +84,11 @@ def test_two_kernels_keep_their_own_report_and_a_restart_starts_anew(lab, page, 
     _show(page, "a.ipynb")
     sidebar = page.locator(SIDEBAR)
 
-    # A: load, hold an array, Clear session (button) and %clear_tf (an event).
+    # A: hold an array, load, Clear session (button) and %clear_tf (an event), one more cell.
     run_cell(page, 0)
-    page.wait_for_selector(f"{SIDEBAR}[data-state='connected'][data-sample-seq]", timeout=60_000)
-    run_cell(page, 1)
     wait_idle(page)
+    run_cell(page, 1)
+    page.wait_for_selector(f"{SIDEBAR}[data-state='connected'][data-sample-seq]", timeout=60_000)
     sidebar.locator(".jp-KerasMagic-clear").click()
     page.wait_for_selector(f"{SIDEBAR} .jp-KerasMagic-report[data-status='ok']", timeout=60_000)
     run_cell(page, 2)
@@ -62,16 +97,32 @@ def test_two_kernels_keep_their_own_report_and_a_restart_starts_anew(lab, page, 
         "() => document.querySelector('#kerasmagic-sidebar .jp-KerasMagic-event').textContent.includes('clear_tf')",
         timeout=30_000,
     )
+    run_cell(page, 3)
+    wait_idle(page)
+    a_chart = _wait_spans(page, A_SPANS)
+    assert a_chart["spans"] == A_SPANS, a_chart
+    a_low, a_high = _rss_range(a_chart["description"])
     a_report = _text(page, ".jp-KerasMagic-report")
     assert "Cleaned in" in a_report, a_report
     a_pid = sidebar.locator(".jp-KerasMagic-kernel").text_content()
 
-    # B, on its own kernel: none of A's report, none of A's event.
+    # B, on its own kernel: none of A's report, none of A's event, none of A's timeline.
     _show(page, "b.ipynb")
     page.wait_for_selector(f"{SIDEBAR}[data-state='not_loaded']", timeout=60_000)
+    b_loaded = page.evaluate("() => Date.now() / 1000")
     run_cell(page, 0)
     page.wait_for_selector(f"{SIDEBAR}[data-state='connected'][data-sample-seq]", timeout=60_000)
     assert sidebar.locator(".jp-KerasMagic-kernel").text_content() != a_pid
+    for index in (1, 2):
+        run_cell(page, index)
+        wait_idle(page)
+    # B's points only: B's sampler started with B's load, long after A's; and all of them far
+    # below A's lowest.
+    b_chart = _wait_spans(page, B_SPANS)
+    assert b_chart["spans"] == B_SPANS, f"B's timeline shows other cell runs than B's: {b_chart}"
+    assert float(panel_data(page)["historySince"]) >= b_loaded - 1, "B's timeline has points from before B's load"
+    b_low, b_high = _rss_range(b_chart["description"])
+    assert b_high + 128 * 2**20 < a_low, f"B's RSS range {b_chart['description']} reaches A's ({a_low}, {a_high})"
     page.screenshot(path=str(artifacts / "sidebar-kernels-1-b.png"))
     assert _text(page, ".jp-KerasMagic-report") == "", "A's Clear session report shows in B's panel"
     assert _text(page, ".jp-KerasMagic-event") == "", "A's last event shows in B's panel"
@@ -82,6 +133,13 @@ def test_two_kernels_keep_their_own_report_and_a_restart_starts_anew(lab, page, 
     assert _current_path(page) == "a.ipynb"
     assert _text(page, ".jp-KerasMagic-report") == a_report
     assert "clear_tf" in _text(page, ".jp-KerasMagic-event")
+    # A's timeline again: its own spans and only its own points (B's low ones would pull the
+    # range down), more of them than before (A kept its history and went on sampling).
+    back = _wait_spans(page, A_SPANS)
+    assert back["spans"] == A_SPANS, f"A's timeline shows other cell runs than A's: {back}"
+    low, _ = _rss_range(back["description"])
+    assert low > b_high + 128 * 2**20, f"A's timeline has points as low as B's: {back['description']}"
+    assert back["series"]["rss"] >= a_chart["series"]["rss"], (a_chart, back)
     page.screenshot(path=str(artifacts / "sidebar-kernels-2-back-to-a.png"))
 
     # Restart A (same kernel id): the report and the event go, the restart is marked, and the
@@ -90,7 +148,7 @@ def test_two_kernels_keep_their_own_report_and_a_restart_starts_anew(lab, page, 
     page.evaluate("() => window.jupyterapp.shell.currentWidget.sessionContext.session.kernel.restart()")
     page.wait_for_selector(f"{SIDEBAR}[data-state='not_loaded']", timeout=60_000)
     wait_kernel_ready(page)
-    run_cell(page, 0)
+    run_cell(page, 1)  # %load_ext kerasmagic
     page.wait_for_selector(f"{SIDEBAR}[data-state='connected'][data-sample-seq]", timeout=60_000)
     assert _text(page, ".jp-KerasMagic-report") == "", "the old kernel's report survives the restart"
     assert _text(page, ".jp-KerasMagic-event") == "", "the old kernel's event survives the restart"
