@@ -3,6 +3,7 @@ import {
   JupyterFrontEnd,
   JupyterFrontEndPlugin
 } from '@jupyterlab/application';
+import { ICommandPalette } from '@jupyterlab/apputils';
 import { INotebookTracker } from '@jupyterlab/notebook';
 import { ISettingRegistry } from '@jupyterlab/settingregistry';
 import { ITranslator, nullTranslator } from '@jupyterlab/translation';
@@ -55,13 +56,14 @@ const plugin: JupyterFrontEndPlugin<void> = {
     'A sidebar with the memory of the active notebook kernel: RSS, TensorFlow allocator, GPU, graph and Keras facts.',
   autoStart: true,
   requires: [INotebookTracker],
-  optional: [ITranslator, ISettingRegistry, ILayoutRestorer],
+  optional: [ITranslator, ISettingRegistry, ILayoutRestorer, ICommandPalette],
   activate: async (
     app: JupyterFrontEnd,
     tracker: INotebookTracker,
     translator: ITranslator | null,
     settingRegistry: ISettingRegistry | null,
-    restorer: ILayoutRestorer | null
+    restorer: ILayoutRestorer | null,
+    palette: ICommandPalette | null
   ) => {
     const trans = (translator ?? nullTranslator).load('kerasmagic');
     const connection = new LiveConnection(readSettings(null));
@@ -97,6 +99,11 @@ const plugin: JupyterFrontEndPlugin<void> = {
       label: trans.__('Show the Keras memory sidebar'),
       describedBy: { args: { type: 'object', properties: {} } },
       execute: () => app.shell.activateById(PANEL_ID)
+    });
+    // The docs and lesson 6 point users to the palette: without this entry they find nothing.
+    palette?.addItem({
+      command: 'kerasmagic:open-sidebar',
+      category: trans.__('Kernel')
     });
 
     if (settingRegistry) {

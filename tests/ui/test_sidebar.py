@@ -27,7 +27,12 @@ def test_sidebar_live_during_fit_clear_and_reload(lab, page, artifacts):
     page.goto(lab.lab_url("sidebar.ipynb"))
     page.wait_for_function("() => !!window.jupyterapp")
     wait_kernel_ready(page)
-    page.evaluate("() => window.jupyterapp.shell.activateById('kerasmagic-sidebar')")
+    # Opened as the docs tell users to: the command palette's entry.
+    page.evaluate("() => window.jupyterapp.commands.execute('apputils:activate-command-palette')")
+    page.keyboard.type("Keras memory")
+    entry = page.locator(".lm-CommandPalette-item", has_text="Show the Keras memory sidebar")
+    entry.first.click()
+    page.wait_for_selector("#kerasmagic-sidebar:not(.lm-mod-hidden)")
     sidebar = page.locator("#kerasmagic-sidebar")
 
     # 1. Not loaded yet: the panel says so and shows the line to run.
