@@ -15,6 +15,7 @@ import sys
 import types
 import warnings
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,7 +27,7 @@ from .tables import Report, Section, format_bytes
 __all__ = ['LAST_EXCEPTION_HOLDERS', 'OUTPUT_CACHE_ALIASES', 'HeavyObject', 'Holder', 'HolderReport', 'collect_heavy',
            'describe', 'exception_holders', 'find_holders', 'is_heavy', 'is_output_cache_name',
            'iter_namespace_references', 'iter_references', 'last_exception_refs', 'live_models', 'pins_heavy',
-           'running_shell', 'tensor_device', 'tensor_nbytes', 'user_variable_names']
+           'quiet_scan', 'running_shell', 'tensor_device', 'tensor_nbytes', 'user_variable_names']
 
 #: Arrays and tensors smaller than this are not worth listing.
 LARGE_OBJECT_BYTES = 1 << 20
@@ -389,17 +390,36 @@ class HolderReport(Report):
         }
 
 
+@contextmanager
+def quiet_scan() -> Iterator[None]:
+    """Ignore warnings while we look at the user's objects.
+
+    isinstance() reads an object's ``__class__``, and some objects warn on any attribute
+    access (torch's deprecated ``torch.distributed.reduce_op`` printed a FutureWarning into
+    the user's cell): such warnings are about our scan, not the user's code.
+
+    Example:
+        >>> import warnings
+        >>> with quiet_scan():
+        ...     warnings.warn("not shown")
+    """
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        yield
+
+
 def collect_heavy(shell) -> list[HeavyObject]:
     """Group every heavy object reachable from the session by identity, with its holders."""
     by_id: dict[int, HeavyObject] = {}
-    for holder in iter_references(shell):
-        if not is_heavy(holder.obj):
-            continue
-        entry = by_id.get(id(holder.obj))
-        if entry is None:
-            entry = by_id[id(holder.obj)] = HeavyObject(holder.obj, describe(holder.obj), [])
-        if all(h.where != holder.where for h in entry.holders):
-            entry.holders.append(holder)
+    with quiet_scan():
+        for holder in iter_references(shell):
+            if not is_heavy(holder.obj):
+                continue
+            entry = by_id.get(id(holder.obj))
+            if entry is None:
+                entry = by_id[id(holder.obj)] = HeavyObject(holder.obj, describe(holder.obj), [])
+            if all(h.where != holder.where for h in entry.holders):
+                entry.holders.append(holder)
     return sorted(by_id.values(), key=lambda o: -(o.info["bytes"] or 0))
 
 
@@ -418,20 +438,15 @@ def find_holders(shell=None, census: bool = True) -> HolderReport:
     """
     if shell is None:
         shell = running_shell()
-    # Looking at every object touches modules' lazy attributes, and some warn when touched
-    # (torch's deprecated torch.distributed.reduce_op printed a FutureWarning into the cell):
-    # those warnings are about our scan, not the user's code.
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        objects = collect_heavy(shell) if shell is not None else []
-        unreachable = None
-        if census:
-            reachable = {id(o.obj) for o in objects}
-            unreachable = [
-                HeavyObject(model, describe(model), [])
-                for model in live_models()
-                if id(model) not in reachable
-            ]
+    objects = collect_heavy(shell) if shell is not None else []
+    unreachable = None
+    if census:
+        reachable = {id(o.obj) for o in objects}
+        unreachable = [
+            HeavyObject(model, describe(model), [])
+            for model in live_models()
+            if id(model) not in reachable
+        ]
     return HolderReport(objects, unreachable)
 
 
@@ -448,10 +463,11 @@ def live_models() -> list[Any]:
     classes = keras_probe.model_classes()
     if not classes:
         return []
-    try:
-        models = [obj for obj in gc.get_objects() if isinstance(obj, classes)]
-    except Exception:  # noqa: BLE001 - some object's __class__ raises: the slower, guarded scan
-        models = [obj for obj in gc.get_objects() if _isinstance(obj, classes)]
+    with quiet_scan():
+        try:
+            models = [obj for obj in gc.get_objects() if isinstance(obj, classes)]
+        except Exception:  # noqa: BLE001 - some object's __class__ raises: the slower, guarded scan
+            models = [obj for obj in gc.get_objects() if _isinstance(obj, classes)]
     inner = {id(getattr(model, "_functional", None)) for model in models}
     return [model for model in models if id(model) not in inner]
 

@@ -8,7 +8,7 @@ import weakref
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from .holders import iter_namespace_references, iter_references, running_shell
+from .holders import iter_namespace_references, iter_references, quiet_scan, running_shell
 from .probes import jax_devices as jax_probe
 from .probes import keras as keras_probe
 from .probes import nvml as nvml_probe
@@ -97,11 +97,12 @@ def _models_in_reach(shell, namespace: dict[str, Any] | None) -> dict[int, tuple
         return {}
     found: dict[int, tuple[Any, list[str]]] = {}
     holders = iter_references(shell) if shell is not None else iter_namespace_references(namespace or {})
-    for holder in holders:
-        if isinstance(holder.obj, classes):
-            _, places = found.setdefault(id(holder.obj), (holder.obj, []))
-            if holder.where not in places:
-                places.append(holder.where)
+    with quiet_scan():
+        for holder in holders:
+            if isinstance(holder.obj, classes):
+                _, places = found.setdefault(id(holder.obj), (holder.obj, []))
+                if holder.where not in places:
+                    places.append(holder.where)
     return found
 
 
