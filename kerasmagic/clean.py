@@ -192,8 +192,9 @@ def _tf_in_use_total() -> int:
 
 
 def _gpu_process_total() -> int | None:
-    """This process's GPU memory per NVML over all devices; None where NVML has no view."""
-    values = [v for v in sample_probe.gpu_device_values(sample_probe.gpu_part()).values() if isinstance(v, int)]
+    """This process's GPU memory per NVML over all devices; None where NVML has no view (or fails)."""
+    gpu = guarded(sample_probe.gpu_part, "reading NVML")  # a lost GPU must not fail the clean
+    values = [v for v in sample_probe.gpu_device_values(gpu).values() if isinstance(v, int)]
     return sum(values) if values else None
 
 
@@ -436,7 +437,8 @@ def _clear_jax_caches(step: CleanStep, asked: bool) -> None:
         # Measured on Keras 3.15's JAX backend (CPU, 12 small models): clearing made each next
         # model 5.5 s instead of 2.5 s (everything recompiled) and freed about 3 MB; RSS stayed
         # flat either way, as clear_session() alone keeps it. So it is the user's call.
-        step.skipped = "kept (clearing recompiles everything for the next model; clear_jax_caches=True clears)"
+        step.skipped = ("kept (clearing recompiles everything for the next model; "
+                        "%clear_tf --jax-caches or clear_jax_caches=True clears them)")
     else:
         jax.clear_caches()
         step.detail = "jax.clear_caches() (compiled functions)"
@@ -449,7 +451,7 @@ def _return_torch_cached_blocks(step: CleanStep) -> None:
     torch = sys.modules.get("torch")
     if torch is None:
         step.skipped = "torch not imported"
-    elif torch.cuda.is_available() and torch.cuda.is_initialized():
+    elif torch.cuda.is_initialized():  # is_available() could itself start CUDA (cuInit) here
         torch.cuda.empty_cache()
         step.detail = "torch.cuda.empty_cache() (cached CUDA blocks)"
     else:

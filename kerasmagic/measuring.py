@@ -112,9 +112,14 @@ def _guarded_models_in_reach(shell, namespace: dict[str, Any] | None) -> dict[in
 
 
 def _new_model_facts(model: Any, held_by: list[str]) -> dict[str, Any]:
-    facts = keras_probe.model_footprint(model)
+    # Guarded: the block's own result (or exception) must never be replaced by ours.
+    facts = guarded(lambda: keras_probe.model_footprint(model), "sizing a new model")
+    if isinstance(facts, Unavailable):
+        facts = {"name": getattr(model, "name", "?"), "class": type(model).__name__,
+                 "weight_bytes": facts, "optimizer_bytes": facts}
     facts["held_by"] = held_by[:3]
-    facts["optimizer_state"] = keras_probe.optimizer_state_origin(model)
+    facts["optimizer_state"] = guarded(lambda: keras_probe.optimizer_state_origin(model),
+                                       "reading the optimizer's state")
     return facts
 
 

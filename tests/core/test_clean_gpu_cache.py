@@ -48,6 +48,12 @@ class _Tensor:
         self._allocator.free(self._key)
 
 
+def _starts_cuda():
+    # torch.cuda.is_available() runs cuInit unless PYTORCH_NVML_BASED_CUDA_CHECK=1: a kernel that
+    # did that can no longer fork isolation templates, so a clean must never ask it.
+    raise AssertionError("the clean asked torch.cuda.is_available(), which can start CUDA")
+
+
 #: What NVML counts for a torch process beyond its cache (H100 reading: context and libraries).
 CUDA_CONTEXT_BYTES = 543162368
 
@@ -55,7 +61,7 @@ CUDA_CONTEXT_BYTES = 543162368
 @pytest.fixture
 def fake_torch(monkeypatch):
     allocator = _CachingAllocator()
-    cuda = types.SimpleNamespace(is_available=lambda: True, is_initialized=lambda: True,
+    cuda = types.SimpleNamespace(is_available=_starts_cuda, is_initialized=lambda: True,
                                  empty_cache=allocator.empty_cache)
     monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(cuda=cuda))
     use_nvml(monkeypatch, StandInNVML(process_bytes=lambda: CUDA_CONTEXT_BYTES + allocator.reserved_bytes))
@@ -117,3 +123,20 @@ def test_without_torch_the_step_says_so(shell, monkeypatch):
     report = clear_tf(shell=shell)
     (step,) = [s for s in report.steps if s.name == STEP_EMPTY_TORCH_CACHE]
     assert step.skipped == "torch not imported"
+
+
+def test_a_kernel_that_never_used_cuda_is_not_made_to(shell, monkeypatch):
+    cuda = types.SimpleNamespace(is_available=_starts_cuda, is_initialized=lambda: False)
+    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(cuda=cuda))
+    report = clear_tf(shell=shell)
+    (step,) = [s for s in report.steps if s.name == STEP_EMPTY_TORCH_CACHE]
+    assert step.skipped == "torch: CUDA not in use, no cached blocks to return"
+
+
+def test_a_failing_nvml_read_costs_the_gpu_figure_not_the_clean(shell, monkeypatch):
+    def lost(*_):
+        raise RuntimeError("GPU is lost")
+
+    monkeypatch.setattr(nvml, "devices", lost)
+    report = clear_tf(shell=shell)
+    assert report.gpu_freed_bytes is None and report.steps[-1].name == "malloc_trim"
