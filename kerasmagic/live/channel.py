@@ -442,8 +442,10 @@ class LiveChannel:
         except Exception:  # the timeline must never break a cell
             logger.debug("kerasmagic.live: recording a cell's start failed", exc_info=True)
             return
+        # To hidden sidebars too (two small messages a cell): one shown later gets no history
+        # again, and must not keep a run "running" whose end it never heard.
         self._broadcast_to("timeline", {"method": "cell_run", "ts": run["started_ts"], "run": run},
-                           visible_only=True)
+                           visible_only=False)
 
     def _end_run(self, result: Any) -> None:
         if not self._running:
@@ -455,7 +457,7 @@ class LiveChannel:
             logger.debug("kerasmagic.live: recording a cell's end failed", exc_info=True)
             return
         self._broadcast_to("timeline", {"method": "cell_run", "ts": ended["ended_ts"], "run": ended},
-                           visible_only=True)
+                           visible_only=False)
 
     def post_run_cell(self, result=None) -> None:
         """IPython hook: end the cell's run on the timeline; then, only when someone looks,

@@ -206,6 +206,16 @@ interface IKernelRecord {
   restartedAt: number | null;
 }
 
+/**
+ * Whether a message may wait for the running cell (see `LiveConnection._send`): hiding the
+ * panel, a new interval and a clear can; showing the panel and a refresh cannot.
+ */
+function canWait(data: { method: string; [key: string]: unknown }): boolean {
+  return data.method === 'visibility'
+    ? data.visible === false
+    : data.method !== 'refresh';
+}
+
 const RESTART_STATUSES = new Set<string>(['restarting', 'autorestarting']);
 
 /**
@@ -766,9 +776,6 @@ export class LiveConnection implements IDisposable {
         break;
       case 'cell_run':
         upsertCellRun(this._record().cellRuns, cellRunOf(message.run));
-        if (message.run.ended_ts !== null) {
-          this._flushDeferred();
-        }
         break;
       case 'history':
         this._replay(message);
@@ -825,30 +832,25 @@ export class LiveConnection implements IDisposable {
     if (!this._comm || this._comm.isDisposed) {
       return;
     }
-    if (this.subshellId !== null && this._cellRunning()) {
+    if (this.subshellId !== null && this._executing && canWait(data)) {
       // Every message a subshell handles publishes busy, then idle, on IOPub, and JupyterLab
       // shows the kernel as whichever it saw last: a tab switch during a long fit would show
-      // the kernel idle. The kernel would run these after the cell anyway (a clear), or they
-      // can wait for it (visibility, interval): send them when the cell is over, the latest
-      // of each kind.
+      // the kernel idle. What can wait for the cell waits (the kernel runs a clear after it
+      // anyway), the latest of each kind. Showing the panel cannot: the sampler must wake now.
       this._deferred.set(data.method, data);
       return;
     }
+    this._deferred.delete(data.method); // superseded: a held `visible: false` must not follow
     this._comm.send(data as any);
-  }
-
-  /** Whether the followed kernel's main shell is running a cell, as far as this page knows. */
-  private _cellRunning(): boolean {
-    const runs = this._record().cellRuns;
-    const last = runs[runs.length - 1];
-    return this._executing || (last !== undefined && last.endedTs === null);
   }
 
   /** Send what waited for the running cell (see `_send`). */
   private _flushDeferred(): void {
     const waiting = [...this._deferred.values()];
     this._deferred.clear();
-    waiting.forEach(data => this._send(data));
+    if (this._comm && !this._comm.isDisposed) {
+      waiting.forEach(data => this._comm!.send(data as any));
+    }
   }
 
   private _isVisible(): boolean {

@@ -119,6 +119,20 @@ export async function openSubshellConnection(
     return null;
   }
   const connection = kernel.clone({ handleComms: true });
+  // The clone must handle comms (createComm refuses otherwise), but it also sees every
+  // comm_open the kernel sends on IOPub (ipywidgets, other extensions) and, knowing none of
+  // their targets, would close them in the kernel: a widget shown later would stop syncing.
+  // Opens from the kernel are the notebook connection's business, so the clone ignores them.
+  // `_handleCommOpen` is @jupyterlab/services' own (7.x); without it, no subshell at all.
+  const hooks = connection as unknown as { _handleCommOpen?: unknown };
+  if (typeof hooks._handleCommOpen !== 'function') {
+    connection.dispose();
+    void controlRequest(kernel, 'delete_subshell_request', {
+      subshell_id: subshellId
+    });
+    return null;
+  }
+  hooks._handleCommOpen = async () => undefined;
   // Set before the clone's websocket opens: its first kernel_info goes to the subshell.
   connection.subshellId = subshellId;
   return connection;

@@ -101,3 +101,39 @@ def test_sidebar_live_during_fit_clear_and_reload(lab, page, artifacts):
     page.wait_for_function("() => document.body.dataset.jpThemeLight === 'false'")
     page.wait_for_selector("#jupyterlab-splash", state="detached")  # the theme switch splash
     page.screenshot(path=str(artifacts / "sidebar-4-reloaded-dark.png"))
+
+
+WIDGET_CELLS = [
+    "%load_ext kerasmagic",
+    "import ipywidgets\nslider = ipywidgets.IntSlider(value=3)\nslider",
+    "import time\nfrom comm import get_comm_manager\ntime.sleep(2)\n"
+    "print('widget comm', 'open' if slider.comm is not None and slider.comm.comm_id in get_comm_manager().comms"
+    " else 'closed')",
+]
+
+
+def test_a_widget_shown_while_the_sidebar_is_attached_keeps_its_comm(lab, page):
+    # The sidebar's comm runs on its own connection to the kernel (on a subshell), which sees
+    # every comm the kernel opens: it must leave the widgets' comms to the notebook.
+    (lab.root / "widgets.ipynb").write_text(json.dumps(notebook(WIDGET_CELLS)))
+    page.goto(lab.lab_url("widgets.ipynb"))
+    page.wait_for_function("() => !!window.jupyterapp")
+    wait_kernel_ready(page)
+    page.evaluate("() => window.jupyterapp.commands.execute('kerasmagic:open-sidebar')")
+    run_cell(page, 0)
+    page.wait_for_selector("#kerasmagic-sidebar[data-state='connected']", timeout=60_000)
+    subshells = page.evaluate(
+        """async () => {
+            const kernel = window.jupyterapp.shell.currentWidget.sessionContext.session.kernel;
+            const reply = await kernel.requestListSubshell({}).done;
+            return reply.content.subshell_id;
+        }"""
+    )
+    assert len(subshells) == 1, f"precondition: the sidebar's comm is on a subshell ({subshells})"
+    run_cell(page, 1)
+    page.wait_for_selector(".jp-Cell >> nth=1 >> .widget-slider", timeout=60_000)
+    wait_idle(page)
+    run_cell(page, 2)
+    output = page.locator(".jp-Cell").nth(2).locator(".jp-OutputArea-output")
+    output.first.wait_for(timeout=60_000)
+    assert output.first.text_content().strip() == "widget comm open"

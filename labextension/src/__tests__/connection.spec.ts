@@ -63,6 +63,11 @@ class FakeKernel {
   control: Array<[string, any]> = [];
   answers: { [msgType: string]: unknown } = {};
   clones: FakeKernel[] = [];
+  /** What @jupyterlab/services does with a comm_open from the kernel for a target it lacks. */
+  foreignCommsClosed = 0;
+  async _handleCommOpen(_msg: unknown): Promise<void> {
+    this.foreignCommsClosed++;
+  }
   sendControlMessage(msg: any): any {
     this.control.push([msg.header.msg_type, msg.content]);
     const future: any = { done: new Promise(noop), dispose: noop };
@@ -301,6 +306,11 @@ describe('LiveConnection and kernel subshells', () => {
     expect(kernel.comms).toHaveLength(0); // nothing on the main shell
     expect(clone.subshellId).toBe('sub-1');
     expect(clone.comm.opened).toHaveLength(1);
+    // A widget the kernel opens later is the notebook connection's: the clone leaves it open.
+    await (clone as any)._handleCommOpen({
+      content: { target_name: 'jupyter.widget' }
+    });
+    expect(clone.foreignCommsClosed).toBe(0);
     clone.comm.receive(hello(4242));
     expect(connection.state.kind).toBe('connected');
     expect(connection.subshellId).toBe('sub-1');
@@ -351,8 +361,17 @@ describe('LiveConnection and kernel subshells', () => {
     status('idle');
     expect(methods().slice(before)).toEqual(['visibility', 'configure']);
     expect(clone.comm.sent.slice(-1)[0].interval_s).toBe(3); // the latest of each kind
-    connection.setVisible(true); // no cell: at once
-    expect(methods().slice(-1)).toEqual(['visibility']);
+
+    // Showing the panel during a cell cannot wait: the kernel's sampler must wake now, and a
+    // held `visible: false` must not follow it when the cell ends.
+    status('busy');
+    connection.setVisible(false);
+    const during = methods().length;
+    connection.setVisible(true);
+    expect(methods().slice(during)).toEqual(['visibility']);
+    expect(clone.comm.sent.slice(-1)[0].visible).toBe(true);
+    status('idle');
+    expect(methods()).toHaveLength(during + 1);
     connection.dispose();
   });
 
