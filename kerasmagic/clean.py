@@ -28,6 +28,7 @@ from .probes import keras as keras_probe
 from .probes import process as process_probe
 from .probes import sample as sample_probe
 from .probes import tensorflow as tf_probe
+from .probes import torch_cuda as torch_probe
 from .probes.availability import Unavailable, guarded
 from .records import Record, wire
 from .registry_purge import PurgeResult, entries_tied_to_their_variables, purge_dead_custom_gradients
@@ -448,11 +449,11 @@ def _return_torch_cached_blocks(step: CleanStep) -> None:
     # After the collection, not before: a model freed only by that collection leaves its
     # tensors in torch's cache, and an earlier empty_cache() would return none of them
     # (measured on an H100: 64 MiB allocated, 866 MiB reserved until a second empty_cache()).
-    torch = sys.modules.get("torch")
-    if torch is None:
+    cuda = torch_probe.started_cuda()
+    if "torch" not in sys.modules:
         step.skipped = "torch not imported"
-    elif torch.cuda.is_initialized():  # is_available() could itself start CUDA (cuInit) here
-        torch.cuda.empty_cache()
+    elif cuda is not None:
+        cuda.empty_cache()
         step.detail = "torch.cuda.empty_cache() (cached CUDA blocks)"
     else:
         step.skipped = "torch: CUDA not in use, no cached blocks to return"

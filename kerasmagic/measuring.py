@@ -64,9 +64,8 @@ def _torch_peaks() -> dict[str, Any]:
 
 
 def _reset_torch_peaks() -> None:
-    torch = sys.modules.get("torch")
-    cuda = getattr(torch, "cuda", None)
-    if cuda is not None and cuda.is_initialized():  # never start CUDA for the user
+    cuda = torch_probe.started_cuda()  # never start CUDA for the user
+    if cuda is not None:
         for index in range(cuda.device_count()):
             cuda.reset_peak_memory_stats(index)
 

@@ -34,6 +34,8 @@ import time
 import traceback
 from typing import Any
 
+from ..probes import jax_devices as jax_probe
+from ..probes import torch_cuda as torch_probe
 from ..probes.process import rss_bytes
 
 #: Exit status of a template (or forked child) that found the kernel gone.
@@ -142,14 +144,10 @@ def framework_problems() -> list[str]:
         ctx = context.context_safe()
         if ctx is not None and getattr(ctx, "_initialized", False):
             problems.append("TensorFlow's runtime has started in the template")
-    torch_cuda = sys.modules.get("torch.cuda")
-    if torch_cuda is not None and torch_cuda.is_initialized():
+    if torch_probe.started_cuda() is not None:
         problems.append("torch initialised CUDA in the template")
-    bridge = sys.modules.get("jax._src.xla_bridge")
-    if bridge is not None:
-        started = getattr(bridge, "backends_are_initialized", None)
-        if (started() if callable(started) else bool(getattr(bridge, "_backends", None))):
-            problems.append("JAX started its backend in the template")
+    if jax_probe.backend_started():
+        problems.append("JAX started its backend in the template")
     return problems
 
 

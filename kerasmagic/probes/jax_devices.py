@@ -15,10 +15,16 @@ from typing import Any
 
 from .availability import Unavailable, guarded
 
-__all__ = ['allocator_stats', 'preallocation', 'snapshot']
+__all__ = ['allocator_stats', 'backend_started', 'preallocation', 'snapshot']
 
 
-def _backend_started() -> bool:
+def backend_started() -> bool:
+    """Whether JAX has started a backend in this process (asking ``jax.devices()`` would start one).
+
+    Example:
+        >>> backend_started()          # JAX not imported
+        False
+    """
     bridge = sys.modules.get("jax._src.xla_bridge")
     if bridge is None:
         return False
@@ -37,7 +43,7 @@ def allocator_stats() -> dict[str, dict[str, int | None]] | Unavailable:
     if jax is None:
         return Unavailable("not_imported", "JAX is not imported in this process")
     # jax.devices() would start the backend (and preallocate a GPU) for the user.
-    if not _backend_started():
+    if not backend_started():
         return Unavailable("not_started", "JAX has not started a backend in this process")
     stats: dict[str, dict[str, int | None]] = {}
     for device in jax.local_devices():

@@ -14,7 +14,23 @@ from typing import Any
 
 from .availability import Unavailable, guarded
 
-__all__ = ['allocator_stats', 'snapshot']
+__all__ = ['allocator_stats', 'started_cuda', 'snapshot']
+
+
+def started_cuda() -> Any:
+    """``torch.cuda`` where the user's torch has already initialised CUDA, else None.
+
+    The one question everything that touches torch's GPU side asks first: ``is_initialized()``
+    starts nothing, while ``is_available()``, ``device_count()`` or ``memory_allocated()`` in a
+    process that never used CUDA can run cuInit, and a process that did can no longer fork
+    isolation templates.
+
+    Example:
+        >>> started_cuda() is None     # torch not imported
+        True
+    """
+    cuda = getattr(sys.modules.get("torch"), "cuda", None)
+    return cuda if cuda is not None and cuda.is_initialized() else None
 
 
 def allocator_stats() -> dict[str, dict[str, int]] | Unavailable:
@@ -30,10 +46,8 @@ def allocator_stats() -> dict[str, dict[str, int]] | Unavailable:
     torch = sys.modules.get("torch")
     if torch is None:
         return Unavailable("not_imported", "torch is not imported in this process")
-    cuda = getattr(torch, "cuda", None)
-    # is_initialized() starts nothing; device_count() or memory_allocated() on a process
-    # that never used CUDA could, and a kernel that starts CUDA can no longer fork templates.
-    if cuda is None or not cuda.is_initialized():
+    cuda = started_cuda()
+    if cuda is None:
         return Unavailable("not_started", "torch has not initialised CUDA in this process")
     stats = {}
     for index in range(cuda.device_count()):
