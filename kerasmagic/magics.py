@@ -26,10 +26,11 @@ from IPython.core.magic_arguments import argument, magic_arguments, parse_argstr
 from IPython.display import display
 from IPython.utils.process import arg_split
 
+from .cell_numbers import running_cell_number
 from .errors import KerasMagicUsageError, check_seed, check_timeout
 from .ipython_names import new_variable_name_problem
 
-__all__ = ['KerasMagics', 'current_cell_number']
+__all__ = ['KerasMagics']
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
@@ -283,7 +284,7 @@ class _CellRunner:
         if tree.body and isinstance(tree.body[-1], ast.Expr):
             last_expression = ast.Expression(tree.body.pop().value)
         self.body = tree
-        self.cell_number = current_cell_number(shell)
+        self.cell_number = running_cell_number(shell)
         self.filename = shell.compile.cache(f"# {header}\n{self.source}", self.cell_number, raw_code=cell)
         # Compile everything before anything runs: a cell must not run halfway, then fail.
         try:
@@ -326,11 +327,6 @@ def _reassigned_model_hints(shell, runner: _CellRunner, named: list[str]) -> lis
     listed = " ".join(names)
     return [f"{', '.join(names)} still held the previous model while this cell ran; "
             f"`%%fresh_model {listed}` deletes it before the cell so its memory is reused"]
-
-
-def current_cell_number(shell) -> int:
-    """The number of the running cell: IPython counts the next one before it executes."""
-    return max(int(shell.execution_count) - 1, 1)
 
 
 _LINE_RETURNS = "report = %clear_tf -o"

@@ -121,7 +121,7 @@ def test_tf_mem_cell_reports_then_the_users_exception_propagates(keras_shell, ca
     assert isinstance(result.error_in_exec, KeyError) and result.error_in_exec.args == ("user error",)
     assert shell.user_ns["value"] == 41
     assert shell.user_ns["m"].error == "KeyError"
-    out = capsys.readouterr().out
+    out = re.sub(r"\x1b\[[0-9;]*m", "", capsys.readouterr().out)  # IPython 8 colours tracebacks by default
     assert "raised KeyError" in out
     assert out.index("raised KeyError") < out.index("KeyError: 'user error'")
     assert "kerasmagic/magics.py" not in out, "our frames must be hidden from the user's traceback"
@@ -267,3 +267,14 @@ def test_semicolon_after_a_comment_and_report_shown_once(keras_shell, capsys):
     capsys.readouterr()
     run(shell, "%clear_tf -o")
     assert capsys.readouterr().out.count("kerasmagic: cleaned in") == 1
+
+
+def test_reports_and_tracebacks_name_the_cell_as_in_numbers_it(shell, capsys):
+    # IPython 9.8 moved the moment it counts a cell; both the report's label and the
+    # traceback's "Cell In[n]" must be the number the notebook shows, whichever IPython runs.
+    run(shell, "x = 1")
+    result = shell.run_cell("%%tf_mem -q --as m\nvalue = 41\nraise KeyError('user error')", store_history=True)
+    number = result.execution_count
+    assert shell.user_ns["m"].label == f"cell [{number}]"
+    out = capsys.readouterr().out
+    assert f"In[{number}], line 3" in out, out
