@@ -14,6 +14,7 @@ from ..errors import KerasMagicUsageError, check_seed, check_timeout
 from ..probes.process import rss_bytes
 from .cell_names import analyse
 from .errors import IsolationUsageError
+from .gpu_figures import kernel_gpu_figures
 from .pool import worker_spec
 from .result import IsolatedResult
 from .runner import Job, run_job
@@ -199,6 +200,7 @@ def prepare_job(mode: str, result: IsolatedResult, *, hint: str, inputs: dict[st
         >>> shutil.rmtree(job.directory)
     """
     result.kernel_rss_before_bytes = rss_bytes()
+    result.kernel_gpu_before = kernel_gpu_figures()
     directory = make_job_directory()
     started = time.perf_counter()
     try:

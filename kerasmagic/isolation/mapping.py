@@ -21,8 +21,9 @@ from ..probes.process import rss_bytes
 from ..tables import Report, Section, format_bytes
 from .api import check_gpu, check_options, check_target, encode_named
 from .errors import IsolatedInterrupt, IsolationUsageError
+from .gpu_figures import kernel_gpu_figures
 from .pool import default_pool, worker_spec
-from .result import IsolatedResult
+from .result import IsolatedResult, add_kernel_gpu_rows
 from .runner import Job, JobRun, drive
 from .shipping import make_job_directory
 
@@ -47,7 +48,8 @@ class IsolatedMapResult(Report, Sequence):
 
     def __init__(self, items: list[Any], jobs: list[IsolatedResult], values: list[Any], *, workers: int,
                  at_once: int, wall_s: float, kernel_rss_before_bytes: int, kernel_rss_after_bytes: int,
-                 notes: list[str]) -> None:
+                 notes: list[str], kernel_gpu_before: dict[str, int] | None = None,
+                 kernel_gpu_after: dict[str, int] | None = None) -> None:
         self.items = items
         self.jobs = jobs
         self.values = values
@@ -57,6 +59,8 @@ class IsolatedMapResult(Report, Sequence):
         self.kernel_rss_before_bytes = kernel_rss_before_bytes
         self.kernel_rss_after_bytes = kernel_rss_after_bytes
         self.notes = notes
+        self.kernel_gpu_before = kernel_gpu_before or {}
+        self.kernel_gpu_after = kernel_gpu_after or {}
 
     def __getitem__(self, index):
         return self.values[index]
@@ -76,6 +80,8 @@ class IsolatedMapResult(Report, Sequence):
             "at_once": self.at_once,
             "kernel_rss_before_bytes": self.kernel_rss_before_bytes,
             "kernel_rss_after_bytes": self.kernel_rss_after_bytes,
+            "kernel_gpu_before_bytes": dict(self.kernel_gpu_before),
+            "kernel_gpu_after_bytes": dict(self.kernel_gpu_after),
             "failed": self.failed,
             "notes": list(self.notes),
             "jobs": [job.to_dict() for job in self.jobs],
@@ -100,6 +106,11 @@ class IsolatedMapResult(Report, Sequence):
         kernel = Section("Kernel")
         kernel.add("RSS change", format_bytes(self.kernel_rss_after_bytes - self.kernel_rss_before_bytes, signed=True),
                    f"{format_bytes(self.kernel_rss_before_bytes)} → {format_bytes(self.kernel_rss_after_bytes)}")
+        add_kernel_gpu_rows(kernel, self.kernel_gpu_before, self.kernel_gpu_after)
+        on_gpu = [f"[{index}] {', '.join(job.returned_on_gpu['value'])}" for index, job in enumerate(self.jobs)
+                  if job.returned_on_gpu.get("value")]
+        if on_gpu:
+            kernel.notes.append(f"on the kernel's GPU now, values brought back: {'; '.join(on_gpu)}")
         kernel.notes.extend(self.notes)
         return [jobs, kernel]
 
@@ -276,6 +287,7 @@ def isolated_map(fn: Callable[[Any], Any], items: Iterable[Any], *, workers: int
             notes.append(f"workers={workers} capped at {pool.size}, the pool's size: "
                          f"configure_pool(size={workers}) allows more at once")
     kernel_before = rss_bytes()
+    kernel_gpu_before = kernel_gpu_figures()
     started = time.perf_counter()
     shared = make_job_directory()
     runs: list[JobRun] = []
@@ -286,6 +298,7 @@ def isolated_map(fn: Callable[[Any], Any], items: Iterable[Any], *, workers: int
         for index, item in enumerate(items):
             result = IsolatedResult(f"isolated_map item [{index}]")
             result.kernel_rss_before_bytes = kernel_before
+            result.kernel_gpu_before = dict(kernel_gpu_before)
             result.sent = list(function_result.sent) if index == 0 else []
             directory = make_job_directory()
             try:
@@ -309,7 +322,8 @@ def isolated_map(fn: Callable[[Any], Any], items: Iterable[Any], *, workers: int
         values = [run.result.value if run.error is None else run.error for run in runs]
         return IsolatedMapResult(items, [run.result for run in runs], values, workers=workers, at_once=at_once,
                                  wall_s=time.perf_counter() - started, kernel_rss_before_bytes=kernel_before,
-                                 kernel_rss_after_bytes=rss_bytes(), notes=notes)
+                                 kernel_rss_after_bytes=rss_bytes(), notes=notes,
+                                 kernel_gpu_before=kernel_gpu_before, kernel_gpu_after=kernel_gpu_figures())
 
     def progress_of(run: Any) -> None:
         bar.update(index_of[id(run.result)], run)

@@ -8,10 +8,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..probes.availability import Unavailable
+from ..probes.sample import keep_largest
 from ..records import NOT_WIRE, Record, wire
 from ..tables import Report, Section, format_bytes
 
-__all__ = ['IsolatedHistory', 'IsolatedResult', 'ShippedName']
+__all__ = ['IsolatedHistory', 'IsolatedResult', 'ShippedName', 'add_kernel_gpu_rows']
 
 
 class IsolatedHistory:
@@ -39,6 +40,20 @@ class IsolatedHistory:
     def __repr__(self) -> str:
         metrics = ", ".join(self.history)
         return f"IsolatedHistory(epochs={len(self.epoch)}, metrics=[{metrics}])"
+
+
+#: Where each worker allocator figure comes from: (framework in the sample, its key, the field).
+_ALLOCATOR_FIELDS = (("torch", "peak_allocated_bytes", "child_torch_peak"),
+                     ("torch", "peak_reserved_bytes", "child_torch_reserved_peak"),
+                     ("jax", "peak_bytes", "child_jax_peak"),
+                     ("jax", "pool_bytes", "child_jax_pool"))
+#: The kernel's GPU views, in the order the report shows them, and whose number each is.
+_KERNEL_VIEWS = {"NVML": "NVML, kernel process", "TF": "TF allocator, kernel", "torch": "torch allocator, kernel",
+                 "JAX": "JAX allocator, kernel"}
+
+
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 @dataclass
@@ -102,9 +117,27 @@ class IsolatedResult(Record, Report):
     child_uss_bytes: int | None = None  # pages only it had
     child_tf_peak: dict[str, Any] = field(default_factory=dict, metadata=wire("child_tf_peak_bytes"))
     child_gpu_peak: dict[str, Any] = field(default_factory=dict, metadata=wire("child_gpu_process_peak_bytes"))
+    #: The worker's framework allocators, per device (``cuda:0``, ``gpu:0``), or why there are
+    #: none (torch never started CUDA, JAX ran on a CPU): torch's ``max_memory_allocated`` and
+    #: ``max_memory_reserved``, JAX's ``peak_bytes_in_use`` and its pool at the end. ``{}``: no
+    #: reading came (the worker died first). Exact: a worker's counters are the job's alone.
+    child_torch_peak: dict[str, Any] | Unavailable = field(
+        default_factory=dict, metadata=wire("child_torch_peak_allocated_bytes"))
+    child_torch_reserved_peak: dict[str, Any] | Unavailable = field(
+        default_factory=dict, metadata=wire("child_torch_peak_reserved_bytes"))
+    child_jax_peak: dict[str, Any] | Unavailable = field(default_factory=dict, metadata=wire("child_jax_peak_bytes"))
+    child_jax_pool: dict[str, Any] | Unavailable = field(default_factory=dict, metadata=wire("child_jax_pool_bytes"))
     samples: int = 0
     kernel_rss_before_bytes: int = 0
     kernel_rss_after_bytes: int = field(default=0, metadata=wire(then=("kernel_rss_delta_bytes",)))
+    #: The kernel's GPU bytes before the job and after its values came back, by whose view
+    #: (``NVML GPU:0``, ``TF GPU:0 in use``, ``torch cuda:0 allocated``/``reserved``, ``JAX gpu:0
+    #: in use``; see :func:`~kerasmagic.isolation.gpu_figures.kernel_gpu_figures`); no key where
+    #: the kernel has no such view.
+    kernel_gpu_before: dict[str, int] = field(default_factory=dict, metadata=wire("kernel_gpu_before_bytes"))
+    kernel_gpu_after: dict[str, int] = field(default_factory=dict, metadata=wire("kernel_gpu_after_bytes"))
+    #: The values that came back and live on a GPU of the kernel, with their devices.
+    returned_on_gpu: dict[str, list[str]] = field(default_factory=dict)
     pool_size: int = 0
     pool_idle_workers: int = 0
     pool_idle_rss_bytes: int | Unavailable = 0
@@ -139,6 +172,35 @@ class IsolatedResult(Record, Report):
         """The largest TF allocator peak over the worker's devices (None before TF ran)."""
         values = [v for v in self.child_tf_peak.values() if isinstance(v, int)]
         return max(values) if values else None
+
+    def fold_allocators(self, allocators: Any) -> None:
+        """Fold a worker sample's ``allocators`` part (its torch and JAX peaks per device, see
+        :func:`~kerasmagic.isolation.gpu_figures.allocator_peaks`) into the report: per device
+        the largest peak seen; where a framework has no numbers, why (until it has some).
+
+        Example:
+            >>> result = IsolatedResult()
+            >>> result.fold_allocators({"torch": {"cuda:0": {"peak_allocated_bytes": 5, "peak_reserved_bytes": 8}},
+            ...                         "jax": {"status": "unavailable", "reason": "not_supported", "detail": "CPU"}})
+            >>> result.child_torch_peak, result.child_torch_reserved_peak, result.child_jax_peak
+            ({'cuda:0': 5}, {'cuda:0': 8}, Unavailable(reason='not_supported', detail='CPU'))
+        """
+        if not isinstance(allocators, dict):
+            return
+        for framework, key, name in _ALLOCATOR_FIELDS:
+            view = allocators.get(framework)
+            if not isinstance(view, dict):
+                continue
+            held = getattr(self, name)
+            if view.get("status") == "unavailable":
+                if not (isinstance(held, dict) and held):  # numbers seen earlier stay
+                    setattr(self, name, Unavailable(str(view.get("reason") or "error"), str(view.get("detail") or "")))
+                continue
+            if not isinstance(held, dict):
+                held = {}
+                setattr(self, name, held)
+            keep_largest(held, {device: stats[key] for device, stats in view.items()
+                                if isinstance(stats, dict) and _is_count(stats.get(key))})
 
     def _title(self) -> str:
         status = {
@@ -179,14 +241,16 @@ class IsolatedResult(Record, Report):
                       f"pages shared with the template counted once{uss}")
         for device, peak in sorted(self.child_tf_peak.items()):
             child.add(f"TF {device} peak", format_bytes(peak), "TF allocator, worker")
+        self._allocator_rows(child)
         for device, peak in sorted(self.child_gpu_peak.items()):
-            child.add(f"{device} peak", format_bytes(peak), "NVML, worker process")
+            child.add(f"{device} peak", format_bytes(peak), self._nvml_peak_source())
         if self.signal_name or (self.exit_code not in (None, 0)):
             child.add("ended by", self.signal_name or f"exit code {self.exit_code}", "")
 
         kernel = Section("Kernel")
         kernel.add("RSS change", format_bytes(self.kernel_rss_delta_bytes, signed=True),
                    f"{format_bytes(self.kernel_rss_before_bytes)} → {format_bytes(self.kernel_rss_after_bytes)}")
+        self._kernel_gpu_rows(kernel)
         sections = [time_section, child, kernel]
         if self.on == "ray":
             sections.insert(0, self._node_section())
@@ -202,6 +266,44 @@ class IsolatedResult(Record, Report):
         for name, why in self.not_returned.items():
             shipped.notes.append(f"not brought back: {name} ({why})")
         return [*sections, shipped]
+
+    def _allocator_rows(self, child: Section) -> None:
+        """torch's and JAX's own peaks in the worker, per device."""
+        torch_reserved = self.child_torch_reserved_peak if isinstance(self.child_torch_reserved_peak, dict) else {}
+        if isinstance(self.child_torch_peak, dict):
+            for device, peak in sorted(self.child_torch_peak.items()):
+                reserved = torch_reserved.get(device)
+                cached = f"; reserved peak {format_bytes(reserved)}" if reserved is not None else ""
+                child.add(f"torch {device} peak", format_bytes(peak),
+                          f"torch allocator, worker: allocated (max_memory_allocated){cached}")
+        jax_pool = self.child_jax_pool if isinstance(self.child_jax_pool, dict) else {}
+        if isinstance(self.child_jax_peak, dict):
+            for device, peak in sorted(self.child_jax_peak.items()):
+                pool = jax_pool.get(device)
+                held = f"; its pool at the end {format_bytes(pool)}" if pool is not None else ""
+                child.add(f"JAX {device} peak", format_bytes(peak), f"JAX allocator, worker (peak_bytes_in_use){held}")
+
+    def _has_allocator_view(self) -> bool:
+        """Whether a framework allocator saw the worker's GPU memory (TF GPU, torch, JAX)."""
+        return (any(device.startswith("GPU") for device in self.child_tf_peak)
+                or any(isinstance(view, dict) and view for view in (self.child_torch_peak, self.child_jax_peak)))
+
+    def _nvml_peak_source(self) -> str:
+        """Whose number NVML's peak is, and, where no allocator saw the GPU, that it is the figure."""
+        if self._has_allocator_view():
+            return "NVML, worker process, sampled; beyond the allocators: the CUDA context and libraries"
+        why = [f"{framework}: {view.detail or view.reason.replace('_', ' ')}"
+               for framework, view in (("torch", self.child_torch_peak), ("JAX", self.child_jax_peak))
+               if isinstance(view, Unavailable) and view.reason != "not_imported"]
+        because = f" ({'; '.join(why)})" if why else ""
+        return f"NVML, worker process, sampled: the GPU peak, no framework allocator saw it{because}"
+
+    def _kernel_gpu_rows(self, kernel: Section) -> None:
+        """The kernel's GPU before the job and after its values came back, and which values did it."""
+        add_kernel_gpu_rows(kernel, self.kernel_gpu_before, self.kernel_gpu_after)
+        if self.returned_on_gpu:
+            names = ", ".join(f"{name} ({', '.join(devices)})" for name, devices in self.returned_on_gpu.items())
+            kernel.notes.append(f"on the kernel's GPU now, brought back by this job: {names}")
 
     def _node_section(self) -> Section:
         """Where on the cluster it ran, and what the node's agent keeps warm there."""
@@ -219,3 +321,36 @@ class IsolatedResult(Record, Report):
         if self.cluster_note:
             node.notes.append(self.cluster_note)
         return node
+
+
+def add_kernel_gpu_rows(kernel: Section, before: dict[str, int], after: dict[str, int]) -> None:
+    """Rows of the kernel's GPU change, one per view in ``before`` or ``after`` (keys as
+    :func:`~kerasmagic.isolation.gpu_figures.kernel_gpu_figures` names them); none without a view.
+
+    Example:
+        >>> section = Section("Kernel")
+        >>> add_kernel_gpu_rows(section, {"NVML GPU:0": 2**30}, {"NVML GPU:0": 2**30 + 700 * 2**20,
+        ...                                                     "torch cuda:0 allocated": 690 * 2**20})
+        >>> for row in section.rows: print(row)
+        ('GPU:0 change', '+700 MiB', '1.00 GiB → 1.68 GiB, NVML, kernel process')
+        ('torch cuda:0 allocated change', '+690 MiB', 'not started before → 690 MiB, torch allocator, kernel')
+    """
+    order = list(_KERNEL_VIEWS)
+    keys = sorted(set(before) | set(after), key=lambda key: (
+        order.index(key.partition(" ")[0]) if key.partition(" ")[0] in order else len(order), key))
+    for key in keys:
+        view, _, what = key.partition(" ")
+        label = what if view == "NVML" and what else key
+        whose = _KERNEL_VIEWS.get(view, "kernel")
+        was, now = before.get(key), after.get(key)
+        if was is not None and now is not None:
+            kernel.add(f"{label} change", format_bytes(now - was, signed=True),
+                       f"{format_bytes(was)} → {format_bytes(now)}, {whose}")
+        elif now is not None and view == "NVML":
+            kernel.add(f"{label} after", format_bytes(now), f"no reading before, {whose}")
+        elif now is not None:
+            # The runtime started for the values that came back: before, it held nothing.
+            kernel.add(f"{label} change", format_bytes(now, signed=True),
+                       f"not started before → {format_bytes(now)}, {whose}")
+        elif was is not None:
+            kernel.add(f"{label} before", format_bytes(was), f"no reading after, {whose}")

@@ -27,6 +27,7 @@ from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
 from .. import events
+from ..probes.availability import guarded
 from ..probes.process import rss_bytes
 from ..probes.sample import gpu_device_values, keep_largest, tf_device_values
 from ..records import NOT_WIRE, wire_dict
@@ -38,6 +39,7 @@ from .errors import (
     IsolatedTimeout,
     IsolationWarning,
 )
+from .gpu_figures import gpu_devices_of, kernel_gpu_figures
 from .pool import JobProcess, Launch, TemplateFailed, WorkerPool, WorkerSpec, _keras_backend, default_pool
 from .result import IsolatedResult
 from .shipping import FrameworkNotImported, decode, describe
@@ -331,6 +333,7 @@ class JobRun:
             result.child_rss_peak_bytes = max(result.child_rss_peak_bytes or 0, rss)
         keep_largest(result.child_tf_peak, tf_device_values(sample.get("tf"), "peak_bytes"))
         keep_largest(result.child_gpu_peak, gpu_device_values(sample.get("gpu"), "process_used_bytes"))
+        result.fold_allocators(sample.get("allocators"))
 
     # --- endings ----------------------------------------------------------------------------
 
@@ -656,6 +659,7 @@ def _end(run: JobRun, pool: WorkerPool) -> None:
     result.pool_size = pool.size
     result.pool_idle_workers, result.pool_idle_rss_bytes = pool.idle_cost()
     result.kernel_rss_after_bytes = rss_bytes()
+    result.kernel_gpu_after = kernel_gpu_figures()
     result.finished_ts = time.time()
     events.publish("isolated_done", result.to_dict())
 
@@ -763,6 +767,9 @@ def _rebuild(name: str, spec: dict[str, Any], result: IsolatedResult, warn_about
             f"rebuilding it in the kernel failed: {type(exc).__name__}: {exc}"
         return _NOT_REBUILT
     result.returned.append(describe(name, spec))
+    devices = guarded(lambda: gpu_devices_of(value), "finding the value's devices")  # a report, never a failure
+    if isinstance(devices, list) and devices:
+        result.returned_on_gpu[name] = devices
     return value
 
 

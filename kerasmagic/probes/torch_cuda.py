@@ -14,7 +14,7 @@ from typing import Any
 
 from .availability import Unavailable, guarded
 
-__all__ = ['allocator_stats', 'started_cuda', 'snapshot']
+__all__ = ['allocator_stats', 'peaks', 'started_cuda', 'snapshot']
 
 
 def started_cuda() -> Any:
@@ -59,6 +59,27 @@ def allocator_stats() -> dict[str, dict[str, int]] | Unavailable:
             "held_unused_bytes": max(reserved - allocated, 0),
         }
     return stats
+
+
+def peaks() -> dict[str, dict[str, int]] | Unavailable:
+    """Per CUDA device: the most torch has had allocated and reserved, since the process started
+    or since the last ``reset_peak_memory_stats()``.
+
+    The reserved peak is the most the caching allocator held on the GPU; NVML's figure for
+    the process adds the CUDA context and the libraries' buffers to it.
+
+    Example:
+        >>> peaks()                    # torch not imported
+        Unavailable(reason='not_imported', detail='torch is not imported in this process')
+    """
+    if sys.modules.get("torch") is None:
+        return Unavailable("not_imported", "torch is not imported in this process")
+    cuda = started_cuda()
+    if cuda is None:
+        return Unavailable("not_started", "torch has not initialised CUDA in this process")
+    return {f"cuda:{index}": {"peak_allocated_bytes": int(cuda.max_memory_allocated(index)),
+                              "peak_reserved_bytes": int(cuda.max_memory_reserved(index))}
+            for index in range(cuda.device_count())}
 
 
 def snapshot() -> dict[str, Any]:

@@ -152,7 +152,10 @@ def test_the_worker_and_the_sidebar_take_the_same_sample():
     final = worker._final_sample()
     for sample in (in_worker, final):
         protocol.validate({"method": "sample", "seq": 1, "sample_cost_s": 0.0, **sample}, "to_frontend")
-        assert set(sample) - set(live) <= {"pid", "rss_peak_bytes", "pss_bytes", "uss_bytes"}
+        assert set(sample) - set(live) <= {"pid", "rss_peak_bytes", "pss_bytes", "uss_bytes", "allocators"}
+        # The worker's own allocator peaks travel beside the sample: no GPU here, so no numbers.
+        assert sorted(sample["allocators"]) == ["jax", "torch"]
+        assert {view["status"] for view in sample["allocators"].values()} == {"unavailable"}
     assert isinstance(final["rss_peak_bytes"], int) and final["rss_peak_bytes"] >= final["rss_bytes"]
     protocol.validate({"method": "sample", "seq": 2, "sample_cost_s": 0.0, **_GPU_SAMPLE}, "to_frontend")
 

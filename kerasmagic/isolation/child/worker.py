@@ -37,6 +37,7 @@ from typing import Any
 from ...probes import process
 from ...probes.availability import to_jsonable
 from ...probes.sample import memory_sample
+from ..gpu_figures import allocator_peaks, gpu_framework_imported
 from ..shipping import ShippingError, decode, encode
 from ..template import PARENT_GONE_EXIT, preload, set_parent_death_signal
 from . import child_display
@@ -123,10 +124,11 @@ def _preload(modules: list[str], log_path: str) -> float:
 
 
 def _memory_sample() -> dict[str, Any]:
-    """One sample in the protocol's shape (:mod:`kerasmagic.probes.sample`), with this pid."""
+    """One sample in the protocol's shape (:mod:`kerasmagic.probes.sample`), with this pid and
+    ``allocators``: torch's and JAX's own peaks (read each time: a job that is killed still
+    leaves the last ones)."""
     # NVML only once a framework that can use a GPU is imported: a plain job never starts it.
-    gpu = any(name in sys.modules for name in ("tensorflow", "torch", "jax"))
-    return {"pid": os.getpid(), **memory_sample(gpu=gpu)}
+    return {"pid": os.getpid(), **memory_sample(gpu=gpu_framework_imported()), "allocators": allocator_peaks()}
 
 
 def _final_sample() -> dict[str, Any]:

@@ -27,6 +27,7 @@ from typing import Any
 from ... import events
 from ...probes.process import rss_bytes
 from ..errors import IsolatedCrash, IsolatedInterrupt, IsolatedTimeout, IsolationUsageError
+from ..gpu_figures import kernel_gpu_figures
 from ..pool import WorkerSpec, _keras_backend
 from ..result import IsolatedResult
 from ..runner import JobRun, _bring_back, _interrupts_deferred, _last_lines, _show, _Stream, _warn
@@ -390,7 +391,8 @@ class RayJobRun:
     def _merge(self, remote: IsolatedResult) -> None:
         """The node's report, with what only the kernel knows kept (what it sent, its own memory)."""
         kept = {"label", "sent", "returned", "value", "outputs", "not_returned", "kernel_rss_before_bytes",
-                "kernel_rss_after_bytes", "ship_in_s", "ship_out_s", "node", "on", "agent", "job_id",
+                "kernel_rss_after_bytes", "kernel_gpu_before", "kernel_gpu_after", "returned_on_gpu", "ship_in_s",
+                "ship_out_s", "node", "on", "agent", "job_id",
                 "cluster_note"}
         for name, value in vars(remote).items():
             if name not in kept:
@@ -633,5 +635,6 @@ def _end(remote: RayJobRun) -> None:
         result.last_output = _last_lines(remote.tail)
     result.wall_s = time.perf_counter() - remote.started if remote.started else 0.0
     result.kernel_rss_after_bytes = rss_bytes()
+    result.kernel_gpu_after = kernel_gpu_figures()
     result.finished_ts = time.time()
     events.publish("isolated_done", result.to_dict())
