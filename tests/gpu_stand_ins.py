@@ -1,17 +1,26 @@
 """A GPU as NVML reports it, for tests on machines without one (the edge we cannot have here).
 
 The numbers come from the test: readings recorded on a real GPU, or a stand-in framework's
-allocator, so that what NVML says follows what the framework does.
+allocator, so that what NVML says follows what the framework does. torch and JAX stand in
+the same way (their allocator's answers, from the recording), also inside a kernel that a
+browser test drives (``pytest.MonkeyPatch()`` there, as no test fixture exists).
 """
 
 from __future__ import annotations
 
+import json
 import os
+import sys
 from collections.abc import Callable
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-__all__ = ["StandInNVML", "use_nvml"]
+__all__ = ["READINGS", "StandInNVML", "jax_modules", "recorded_moment", "torch_module", "use_jax", "use_nvml",
+           "use_recorded", "use_torch"]
+
+#: What torch, JAX and NVML answered on an H100 (benchmarks/gpu_readings.py wrote it).
+READINGS = Path(__file__).parents[1] / "benchmarks/results/h100-2026-11-22/allocator_readings.json"
 
 
 class StandInNVML:
@@ -58,3 +67,64 @@ def use_nvml(monkeypatch: Any, fake: StandInNVML) -> None:
 
     monkeypatch.setattr(nvml, "_pynvml", lambda: fake)
     monkeypatch.setattr(nvml, "_init_state", None)
+
+
+def recorded_moment(run: str, moment: str) -> dict:
+    """One moment of a recorded run, e.g. ``("torch", "2 GiB allocated")``: its ``nvml`` and
+    its framework's figures (``torch`` or ``jax``)."""
+    (found,) = [m for m in json.loads(READINGS.read_text())[run]["moments"] if m["moment"] == moment]
+    return found
+
+
+def torch_module(reading: dict | None) -> SimpleNamespace:
+    """torch whose CUDA is started with a recorded ``torch`` reading, or not (None: then any
+    device query fails the test, as it would start CUDA)."""
+
+    def started_only(value):
+        def query(index=0):
+            assert reading is not None, "the probe queried CUDA that torch never started"
+            return value
+        return query
+
+    stats = reading or {}
+    return SimpleNamespace(cuda=SimpleNamespace(
+        is_initialized=lambda: reading is not None, device_count=started_only(1),
+        memory_allocated=started_only(stats.get("allocated")), memory_reserved=started_only(stats.get("reserved")),
+        max_memory_allocated=started_only(stats.get("max_allocated")),
+    ))
+
+
+def jax_modules(stats: dict | None) -> dict[str, SimpleNamespace]:
+    """``jax`` and ``jax._src.xla_bridge`` of a JAX whose GPU backend started with a recorded
+    ``memory_stats()``, or whose backend never started (None: asking for devices fails the test)."""
+
+    def local_devices():
+        assert stats is not None, "the probe started JAX's backend"
+        return [SimpleNamespace(platform="gpu", id=0, memory_stats=lambda: stats)]
+
+    return {"jax": SimpleNamespace(local_devices=local_devices),
+            "jax._src.xla_bridge": SimpleNamespace(backends_are_initialized=lambda: stats is not None)}
+
+
+def use_torch(monkeypatch: Any, reading: dict | None) -> None:
+    """Make ``torch`` the stand-in of :func:`torch_module` for the probes."""
+    monkeypatch.setitem(sys.modules, "torch", torch_module(reading))
+
+
+def use_jax(monkeypatch: Any, stats: dict | None) -> None:
+    """Make ``jax`` the stand-in of :func:`jax_modules` for the probes."""
+    for name, module in jax_modules(stats).items():
+        monkeypatch.setitem(sys.modules, name, module)
+
+
+def use_recorded(monkeypatch: Any, run: str, moment: str) -> dict:
+    """NVML and the run's framework answer as they did at that recorded moment; returns the moment."""
+    found = recorded_moment(run, moment)
+    reading = found["nvml"]
+    use_nvml(monkeypatch, StandInNVML(process_bytes=lambda: reading["this_process_bytes"],
+                                      used_bytes=lambda: reading["used_bytes"], total_bytes=reading["total_bytes"]))
+    if "torch" in found:
+        use_torch(monkeypatch, found["torch"])
+    if "jax" in found:
+        use_jax(monkeypatch, found["jax"])
+    return found

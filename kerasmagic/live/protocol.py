@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import reprlib
+from collections.abc import Callable
 from typing import Any
 
 __all__ = [
@@ -24,7 +25,7 @@ __all__ = [
 
 TARGET_NAME = "kerasmagic.live"
 #: Bumped independently of the package version: major = incompatible, minor = additive.
-PROTOCOL_VERSION = "1.3.0"
+PROTOCOL_VERSION = "1.4.0"
 
 MIN_INTERVAL_S = 0.1
 MAX_INTERVAL_S = 60.0
@@ -141,7 +142,7 @@ def check_version(peer_version: Any) -> None:
         >>> check_version("2.0.0")  # doctest: +ELLIPSIS
         Traceback (most recent call last):
         ...
-        kerasmagic.live.protocol.ProtocolError: this kernel's kerasmagic speaks protocol 1.3.0, the frontend 2.0.0: ...
+        kerasmagic.live.protocol.ProtocolError: this kernel's kerasmagic speaks protocol 1.4.0, the frontend 2.0.0: ...
     """
     if _major(peer_version) != _major(PROTOCOL_VERSION):
         raise ProtocolError(
@@ -293,6 +294,33 @@ def _host(value: Any) -> bool:
         value.get("available_bytes"))
 
 
+def _framework_devices(value: Any, fields: tuple[str, ...], check: Callable[[Any], bool]) -> bool:
+    """A framework allocator's ``{"status", "devices": {name: {field: value}}}`` (since 1.4)."""
+    if not isinstance(value, dict) or not isinstance(value.get("status"), str):
+        return False
+    devices = value.get("devices")
+    return isinstance(devices, dict) and all(
+        isinstance(device, dict) and all(check(device.get(field)) for field in fields)
+        for device in devices.values())
+
+
+_TORCH_FIELDS = ("allocated_bytes", "reserved_bytes", "peak_allocated_bytes", "held_unused_bytes")
+_JAX_FIELDS = ("in_use_bytes", "peak_bytes", "pool_bytes", "limit_bytes", "held_unused_bytes")
+
+
+def _torch(value: Any) -> bool:
+    """A sample's ``torch`` (since 1.4): the CUDA caching allocator per device, or unavailable."""
+    return _is_unavailable(value) or _framework_devices(value, _TORCH_FIELDS, _is_number)
+
+
+def _jax(value: Any) -> bool:
+    """A sample's ``jax`` (since 1.4): the pool per device (a figure JAX lacks is null) and the
+    preallocation setting, or unavailable."""
+    if _is_unavailable(value):
+        return True
+    return _framework_devices(value, _JAX_FIELDS, _number_or_null) and isinstance(value.get("preallocation"), str)
+
+
 def _run(value: Any) -> bool:
     """One cell run (``cell_run``'s ``run``, ``history``'s ``cell_runs``; since 1.3)."""
     if not isinstance(value, dict):
@@ -353,8 +381,8 @@ _TO_FRONTEND: dict[str, tuple[dict, dict]] = {
     "sample": (
         {"seq": _NUM, "ts": _NUM, "rss_bytes": _number_or_unavailable, "tf": _tf, "gpu": _gpu,
          "sample_cost_s": _NUM},
-        # Since 1.3 (a 1.2 frontend ignores them).
-        {"cpu_pct": _number_or_unavailable, "host": _host},
+        # Since 1.3 (a 1.2 frontend ignores them): cpu_pct, host; since 1.4: torch, jax.
+        {"cpu_pct": _number_or_unavailable, "host": _host, "torch": _torch, "jax": _jax},
     ),
     "facts": (
         {"ts": _NUM, "execution_count": _NUM, "tf_status": _str_or_unavailable,

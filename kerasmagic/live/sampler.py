@@ -14,7 +14,7 @@ from typing import Any
 
 from ..probes.availability import Unavailable, guarded, to_jsonable
 from ..probes.process import host_memory
-from ..probes.sample import memory_sample
+from ..probes.sample import gpu_allocator_parts, memory_sample
 
 __all__ = ["THREAD_NAME", "CpuMeter", "Sampler", "take_sample"]
 
@@ -72,7 +72,8 @@ class CpuMeter:
 
 def take_sample(seq: int, cpu: CpuMeter | None = None) -> dict[str, Any]:
     """One ``sample`` message (see docs/protocol.md), with ``host`` and, given a meter,
-    ``cpu_pct`` (protocol 1.3); never raises.
+    ``cpu_pct`` (protocol 1.3), and ``torch`` / ``jax`` for the frameworks imported (1.4);
+    never raises.
 
     Example:
         >>> sample = take_sample(1, CpuMeter())
@@ -82,7 +83,7 @@ def take_sample(seq: int, cpu: CpuMeter | None = None) -> dict[str, Any]:
         'not_started'
     """
     started = time.perf_counter()
-    message = {"method": "sample", "seq": seq, **memory_sample()}
+    message = {"method": "sample", "seq": seq, **memory_sample(), **gpu_allocator_parts()}
     if cpu is not None:
         message["cpu_pct"] = to_jsonable(guarded(cpu.read, "reading CPU time"))
     message["host"] = to_jsonable(guarded(host_memory, "reading host memory"))

@@ -14,15 +14,16 @@ object instead where there is none.
 
 from __future__ import annotations
 
+import sys
 import time
 from typing import Any
 
-from . import nvml, process
+from . import jax_devices, nvml, process, torch_cuda
 from . import tensorflow as tf_probe
 from .availability import Unavailable, guarded, to_jsonable
 
-__all__ = ['allocator_total', 'gpu_device_values', 'gpu_part', 'keep_largest', 'memory_sample', 'tf_device_values',
-           'tf_part']
+__all__ = ['allocator_total', 'gpu_allocator_parts', 'gpu_device_values', 'gpu_part', 'jax_part', 'keep_largest',
+           'memory_sample', 'tf_device_values', 'tf_part', 'torch_part']
 
 #: ``gpu`` of a sample taken with ``gpu=False``.
 _GPU_NOT_READ = Unavailable("not_imported", "no GPU framework (TensorFlow, torch, JAX) is imported in this process")
@@ -44,6 +45,54 @@ def tf_part() -> dict[str, Any] | Unavailable:
 def gpu_part() -> list[dict[str, Any] | Unavailable] | Unavailable:
     """A sample's ``gpu``: NVML's devices (this process's use included), or why there are none."""
     return nvml.devices()
+
+
+def torch_part() -> dict[str, Any] | Unavailable:
+    """A sample's ``torch`` (protocol 1.4): torch's CUDA caching allocator per device, or why none.
+
+    Example:
+        >>> torch_part()   # torch not imported
+        Unavailable(reason='not_imported', detail='torch is not imported in this process')
+    """
+    stats = torch_cuda.allocator_stats()
+    if isinstance(stats, Unavailable):
+        return stats
+    return {"status": "running", "devices": stats}
+
+
+def jax_part() -> dict[str, Any] | Unavailable:
+    """A sample's ``jax`` (protocol 1.4): JAX's pool per GPU and what the process asked of it.
+
+    Example:
+        >>> jax_part()   # JAX not imported
+        Unavailable(reason='not_imported', detail='JAX is not imported in this process')
+    """
+    stats = jax_devices.allocator_stats()
+    if isinstance(stats, Unavailable):
+        return stats
+    # The setting explains the pool: 75 % of the GPU by default, only what is used when off.
+    return {"status": "running", "devices": stats, "preallocation": jax_devices.preallocation()}
+
+
+#: A sample's optional framework fields: each is named after the module whose import makes it worth reading.
+_FRAMEWORK_PARTS = (("torch", torch_part, "reading torch's CUDA allocator"),
+                    ("jax", jax_part, "reading JAX's device allocator"))
+
+
+def gpu_allocator_parts() -> dict[str, Any]:
+    """A sample's ``torch`` and ``jax`` fields (protocol 1.4), JSON-able; never raises.
+
+    Only for the frameworks this process imported: most kernels run Keras on TensorFlow
+    alone, and their samples stay as small as before. An imported framework that has not
+    started its GPU side is ``not_started``; nothing here starts CUDA or a JAX backend (the
+    probes ask ``torch.cuda.is_initialized()`` and JAX's backend registry first).
+
+    Example:
+        >>> parts = gpu_allocator_parts()
+        >>> all(name in sys.modules for name in parts)   # nothing for a framework not imported
+        True
+    """
+    return to_jsonable({name: guarded(read, what) for name, read, what in _FRAMEWORK_PARTS if name in sys.modules})
 
 
 def memory_sample(*, gpu: bool = True) -> dict[str, Any]:

@@ -6,7 +6,7 @@
 
 export const TARGET_NAME = 'kerasmagic.live';
 /** Bumped independently of the package version: major = incompatible, minor = additive. */
-export const PROTOCOL_VERSION = '1.3.0';
+export const PROTOCOL_VERSION = '1.4.0';
 export const MIN_INTERVAL_S = 0.1;
 export const MAX_INTERVAL_S = 60;
 
@@ -62,6 +62,37 @@ export interface IHostMemory {
   available_bytes: number;
 }
 
+/** Since 1.4: torch's CUDA caching allocator on one device (`cuda:0`: torch's numbering). */
+export interface ITorchDevice {
+  allocated_bytes: number;
+  reserved_bytes: number;
+  peak_allocated_bytes: number;
+  /** reserved − allocated: freed blocks torch keeps cached (`empty_cache()` returns them). */
+  held_unused_bytes: number;
+}
+
+export interface ITorchAllocator {
+  status: string;
+  devices: { [device: string]: ITorchDevice };
+}
+
+/** Since 1.4: JAX's pool on one device (`memory_stats()`); null where JAX has no figure. */
+export interface IJaxDevice {
+  in_use_bytes: number | null;
+  peak_bytes: number | null;
+  pool_bytes: number | null;
+  limit_bytes: number | null;
+  /** pool − in use. */
+  held_unused_bytes: number | null;
+}
+
+export interface IJaxAllocator {
+  status: string;
+  devices: { [device: string]: IJaxDevice };
+  /** The XLA_PYTHON_CLIENT_* variables as set, or JAX's default (75 % of each GPU). */
+  preallocation: string;
+}
+
 export interface ISample {
   method: 'sample';
   seq: number;
@@ -74,6 +105,10 @@ export interface ISample {
   cpu_pct?: MaybeNumber;
   /** Since 1.3. */
   host?: IHostMemory | IUnavailable;
+  /** Since 1.4, only where the kernel imported torch. */
+  torch?: ITorchAllocator | IUnavailable;
+  /** Since 1.4, only where the kernel imported JAX. */
+  jax?: IJaxAllocator | IUnavailable;
 }
 
 export interface ILiveModel {
@@ -413,6 +448,42 @@ const host: Check = v =>
   isUnavailable(v) ||
   (isObject(v) && isNumber(v.total_bytes) && isNumber(v.available_bytes));
 
+/** A framework allocator's `{status, devices: {name: {field: value}}}` (since 1.4). */
+function frameworkDevices(
+  v: unknown,
+  fields: string[],
+  check: Check
+): v is { [key: string]: unknown } {
+  if (!isObject(v) || typeof v.status !== 'string' || !isObject(v.devices)) {
+    return false;
+  }
+  return Object.values(v.devices).every(
+    dev => isObject(dev) && fields.every(k => check(dev[k]))
+  );
+}
+
+const TORCH_FIELDS = [
+  'allocated_bytes',
+  'reserved_bytes',
+  'peak_allocated_bytes',
+  'held_unused_bytes'
+];
+const JAX_FIELDS = [
+  'in_use_bytes',
+  'peak_bytes',
+  'pool_bytes',
+  'limit_bytes',
+  'held_unused_bytes'
+];
+
+const torch: Check = v =>
+  isUnavailable(v) || frameworkDevices(v, TORCH_FIELDS, isNumber);
+
+const jax: Check = v =>
+  isUnavailable(v) ||
+  (frameworkDevices(v, JAX_FIELDS, numberOrNull) &&
+    typeof v.preallocation === 'string');
+
 const RUN_FIELDS: { [field: string]: Check } = {
   execution_count: numberOrNull,
   cell_id: stringOrNull,
@@ -473,8 +544,8 @@ const TO_FRONTEND: { [method: string]: IFieldSpec } = {
       gpu,
       sample_cost_s: isNumber
     },
-    // Since 1.3 (a 1.2 frontend ignores them).
-    optional: { cpu_pct: numberOrUnavailable, host }
+    // Since 1.3 (a 1.2 frontend ignores them): cpu_pct, host; since 1.4: torch, jax.
+    optional: { cpu_pct: numberOrUnavailable, host, torch, jax }
   },
   facts: {
     required: {

@@ -18,7 +18,7 @@ import pytest
 from kerasmagic import tf_mem
 from kerasmagic.probes import nvml
 
-from gpu_stand_ins import StandInNVML, use_nvml
+from gpu_stand_ins import StandInNVML, use_jax, use_nvml, use_torch
 
 pytestmark = pytest.mark.unit
 
@@ -43,40 +43,10 @@ def recorded_gpu(monkeypatch):
     monkeypatch.setattr(nvml, "_init_state", None)
 
 
-def _stand_in_torch(monkeypatch, reading: dict | None) -> None:
-    """torch whose CUDA is started (`reading`) or not (None: any device query is a bug)."""
-
-    def started_only(value):
-        def query(index=0):
-            assert reading is not None, "the probe queried CUDA that torch never started"
-            return value
-        return query
-
-    stats = reading or {}
-    cuda = SimpleNamespace(
-        is_initialized=lambda: reading is not None, device_count=started_only(1),
-        memory_allocated=started_only(stats.get("allocated")), memory_reserved=started_only(stats.get("reserved")),
-        max_memory_allocated=started_only(stats.get("max_allocated")),
-    )
-    monkeypatch.setitem(sys.modules, "torch", SimpleNamespace(cuda=cuda))
-
-
-def _stand_in_jax(monkeypatch, stats: dict | None) -> None:
-    """JAX whose GPU backend started with `stats`, or whose backend never started (None)."""
-
-    def local_devices():
-        assert stats is not None, "the probe started JAX's backend"
-        return [SimpleNamespace(platform="gpu", id=0, memory_stats=lambda: stats)]
-
-    monkeypatch.setitem(sys.modules, "jax", SimpleNamespace(local_devices=local_devices))
-    monkeypatch.setitem(sys.modules, "jax._src.xla_bridge",
-                        SimpleNamespace(backends_are_initialized=lambda: stats is not None))
-
-
 def test_torch_cache_kept_after_freeing_everything_is_held_unused_with_the_remedy(monkeypatch, recorded_gpu):
     moment = _moment("torch", "everything freed, cache kept")
     recorded_gpu(moment["nvml"])
-    _stand_in_torch(monkeypatch, moment["torch"])
+    use_torch(monkeypatch, moment["torch"])
     snap = tf_mem()
     stats = snap.to_dict()["torch"]["allocator"]["cuda:0"]
     assert stats == {"allocated_bytes": 0, "reserved_bytes": 3 * 2**30, "peak_allocated_bytes": 3 * 2**30,
@@ -92,7 +62,7 @@ def test_the_cuda_context_estimate_matches_what_nvml_read_after_empty_cache(monk
     moment = _moment("torch", "everything freed, cache kept")
     after = _moment("torch", "after empty_cache()")
     recorded_gpu(moment["nvml"])
-    _stand_in_torch(monkeypatch, moment["torch"])
+    use_torch(monkeypatch, moment["torch"])
     context = moment["nvml"]["this_process_bytes"] - moment["torch"]["reserved"]
     assert context == after["nvml"]["this_process_bytes"] == 543162368
     assert "CUDA context and libraries" in str(tf_mem()) and "≈ 518 MiB" in str(tf_mem())
@@ -101,7 +71,7 @@ def test_the_cuda_context_estimate_matches_what_nvml_read_after_empty_cache(monk
 def test_torch_without_a_cache_gets_no_advice(monkeypatch, recorded_gpu):
     moment = _moment("torch", "2 GiB allocated")
     recorded_gpu(moment["nvml"])
-    _stand_in_torch(monkeypatch, moment["torch"])
+    use_torch(monkeypatch, moment["torch"])
     text = str(tf_mem())
     assert "torch cuda:0 allocated" in text and "torch cuda:0 held, unused" in text
     assert "no restart needed" not in text
@@ -110,7 +80,7 @@ def test_torch_without_a_cache_gets_no_advice(monkeypatch, recorded_gpu):
 def test_jax_default_preallocation_is_named_with_the_variable_and_the_restart(monkeypatch, recorded_gpu):
     moment = _moment("jax default preallocation", "512 MiB array")
     recorded_gpu(moment["nvml"])
-    _stand_in_jax(monkeypatch, moment["jax"])
+    use_jax(monkeypatch, moment["jax"])
     monkeypatch.delenv("XLA_PYTHON_CLIENT_PREALLOCATE", raising=False)
     monkeypatch.delenv("XLA_PYTHON_CLIENT_MEM_FRACTION", raising=False)
     snap = tf_mem()
@@ -127,7 +97,7 @@ def test_jax_default_preallocation_is_named_with_the_variable_and_the_restart(mo
 def test_jax_without_preallocation_gets_no_advice(monkeypatch, recorded_gpu):
     moment = _moment("jax preallocate=false", "512 MiB array")
     recorded_gpu(moment["nvml"])
-    _stand_in_jax(monkeypatch, moment["jax"])
+    use_jax(monkeypatch, moment["jax"])
     monkeypatch.setenv("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
     snap = tf_mem()
     assert snap.jax["allocator"]["gpu:0"]["held_unused_bytes"] == 538968064 - 536870912
@@ -136,8 +106,8 @@ def test_jax_without_preallocation_gets_no_advice(monkeypatch, recorded_gpu):
 
 
 def test_frameworks_that_never_started_the_gpu_are_not_started_by_the_probe(monkeypatch):
-    _stand_in_torch(monkeypatch, None)
-    _stand_in_jax(monkeypatch, None)
+    use_torch(monkeypatch, None)
+    use_jax(monkeypatch, None)
     snap = tf_mem().to_dict()
     assert snap["torch"]["allocator"]["reason"] == "not_started"
     assert snap["jax"]["allocator"]["reason"] == "not_started"
@@ -150,7 +120,7 @@ def test_in_a_container_nvml_cannot_name_this_process_and_the_framework_view_sta
     foreign.nvmlDeviceGetComputeRunningProcesses = lambda handle: [
         SimpleNamespace(pid=4_000_000 + handle, usedGpuMemory=moment["nvml"]["this_process_bytes"])]
     use_nvml(monkeypatch, foreign)
-    _stand_in_torch(monkeypatch, moment["torch"])
+    use_torch(monkeypatch, moment["torch"])
     snap = tf_mem()
     (device,) = snap.nvml["devices"]
     assert device["process_used_bytes"].reason == "not_supported"
@@ -158,7 +128,7 @@ def test_in_a_container_nvml_cannot_name_this_process_and_the_framework_view_sta
     assert "torch cuda:0 allocated" in text and "2.00 GiB" in text
     assert "this container cannot see" in text and "the framework figures above are this process's own view" in text
     assert "CUDA context and libraries" not in text  # no NVML figure of ours to subtract from
-    _stand_in_torch(monkeypatch, None)
+    use_torch(monkeypatch, None)
     assert "no framework has started the GPU here" in str(tf_mem())
 
 
@@ -215,7 +185,7 @@ def test_jax_peak_counts_only_where_the_cell_raised_it(monkeypatch):
     from kerasmagic import measure
 
     stats = dict(_moment("jax preallocate=false", "512 MiB array")["jax"])
-    _stand_in_jax(monkeypatch, stats)
+    use_jax(monkeypatch, stats)
     with measure() as raised:
         stats["peak_bytes_in_use"] = 3 * 2**30
     assert raised.gpu_peak == {"JAX gpu:0": 3 * 2**30}

@@ -5,7 +5,7 @@ import uuid
 
 import pytest
 
-from kerasmagic.live.protocol import validate
+from kerasmagic.live.protocol import PROTOCOL_VERSION, validate
 
 pytestmark = pytest.mark.kernel
 
@@ -63,7 +63,7 @@ def _create_subshell(kernel) -> str:
 def test_cell_runs_are_reported_and_come_back_in_the_history(kernel):
     kernel.execute("%load_ext kerasmagic")
     comm_id = _open(kernel, interval_s=0.2)
-    assert kernel.comm_data(comm_id, "hello")["protocol_version"] == "1.3.0"
+    assert kernel.comm_data(comm_id, "hello")["protocol_version"] == PROTOCOL_VERSION
     first = kernel.comm_data(comm_id, "history")
     validate(first, "to_frontend")
     kernel.comm_data(comm_id, "sample")
