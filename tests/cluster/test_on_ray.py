@@ -99,6 +99,31 @@ def test_a_keras_model_and_code_outputs_come_back(cluster):
     assert "Ray node" in str(result)
 
 
+def test_a_nodes_worker_reports_its_allocator_peaks_and_the_kernel_its_gpu(cluster, monkeypatch):
+    # The H100's isolated torch run (gpu_report.json), with stand-ins that reach the node's worker
+    # on its PYTHONPATH (tests/gpu_stand_in_modules); the kernel's figures stay the kernel's own.
+    import json
+    from pathlib import Path
+
+    from gpu_stand_in_modules import use_in_kernel, worker_env
+
+    recorded = json.loads((Path(__file__).parents[2] / "benchmarks/results/h100-2026-11-22/gpu_report.json")
+                          .read_text())["torch"]["isolated"][0]
+    peak, reserved, nvml_peak = (recorded["value"]["torch_peak"], recorded["value"]["torch_reserved"],
+                                 recorded["gpu_peak"]["GPU:0"])
+    use_in_kernel(monkeypatch, 543162368)
+    code = f"import torch\nbatch = torch.empty({peak})\ndel batch\nweights = torch.empty({2**20})"
+    result = run_isolated(code, env=worker_env(nvml_peak - reserved), on="ray")
+    assert result.on == "ray" and result.node.get("node_id")
+    assert result.child_torch_peak == {"cuda:0": peak} and result.child_torch_reserved_peak == {"cuda:0": reserved}
+    assert result.child_gpu_peak == {"GPU:0": nvml_peak}
+    assert result.kernel_gpu_before == {"NVML GPU:0": 0}
+    assert result.kernel_gpu_after["torch cuda:0 allocated"] == 2**20
+    assert result.returned_on_gpu == {"weights": ["cuda:0"]}
+    text = str(result)
+    assert "Ray node" in text and "torch cuda:0 peak" in text and "brought back by this job: weights (cuda:0)" in text
+
+
 def test_the_users_error_comes_back_with_its_traceback(cluster):
     with pytest.raises(IsolatedCellError) as caught:
         run_isolated("def f():\n    raise ValueError('bad fold 3')\nf()", on="ray")

@@ -78,6 +78,10 @@ seen["advice"] = "compile=False" in str(measured)
 run("%%fresh_model -q --isolate --as iso\nimport keras\n"
     "m = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])\nvalue = int(m.count_params())")
 seen["isolated"] = [shell.user_ns["iso"].status, shell.user_ns["iso"].origin, run("value")]
+# The worker's JAX allocator peak, as its report carries it: JAX's CPU keeps no statistics.
+seen["isolated_report"] = {key: value for key, value in shell.user_ns["iso"].to_dict().items()
+                           if key in ("child_jax_peak_bytes", "child_gpu_process_peak_bytes", "kernel_gpu_after_bytes")}
+seen["isolated_text"] = str(shell.user_ns["iso"])
 print("SEEN " + json.dumps(seen))
 '''
 
@@ -118,3 +122,12 @@ def test_load_model_with_its_optimizer_is_named_on_jax_too(seen):
 
 def test_an_isolated_cell_forks_from_a_jax_template(seen):
     assert seen["isolated"] == ["ok", "forked", 10]
+
+
+def test_the_isolated_report_says_jax_on_a_cpu_keeps_no_allocator_figures(seen):
+    report = seen["isolated_report"]
+    assert report["child_jax_peak_bytes"]["status"] == "unavailable"
+    assert report["child_jax_peak_bytes"]["reason"] == "not_supported"
+    # No GPU here: no NVML figure for the worker or the kernel, and no row that pretends one.
+    assert report["child_gpu_process_peak_bytes"] == {} and report["kernel_gpu_after_bytes"] == {}
+    assert "JAX" not in seen["isolated_text"] and "GPU" not in seen["isolated_text"]

@@ -18,7 +18,6 @@ import pytest
 from kerasmagic.isolation import isolated_map, run_isolated
 from kerasmagic.isolation.gpu_figures import kernel_gpu_figures
 from kerasmagic.isolation.result import IsolatedResult
-from kerasmagic.probes import nvml
 from kerasmagic.probes.availability import Unavailable
 
 from gpu_stand_in_modules import use_in_kernel, worker_env
@@ -40,13 +39,6 @@ KERNEL_CONTEXT = 543162368
 #: The recorded job, in short: a batch of the recorded peak is allocated and freed; torch keeps
 #: its blocks cached, so the reserve (and NVML) stay at their peak until the process ends.
 FIT = f"import torch\nbatch = torch.empty({TORCH_PEAK})\ndel batch\ndone = True"
-
-
-@pytest.fixture
-def no_real_gpu_view():
-    """NVML as it is here (no driver), initialised afresh after a test that stood one in."""
-    yield
-    nvml._init_state = None
 
 
 def test_the_workers_torch_peaks_are_in_the_report_as_recorded_on_the_h100():
@@ -75,7 +67,7 @@ def test_a_job_that_never_started_cuda_has_no_torch_numbers_and_says_why():
     assert "torch cuda:0" not in str(result)
 
 
-def test_a_tensor_brought_back_onto_the_kernels_gpu_shows_in_the_kernel_section(monkeypatch, no_real_gpu_view):
+def test_a_tensor_brought_back_onto_the_kernels_gpu_shows_in_the_kernel_section(monkeypatch):
     torch = use_in_kernel(monkeypatch, KERNEL_CONTEXT)
     nbytes = 700 * 2**20
     result = run_isolated(f"import torch\nweights = torch.empty({nbytes})\nsteps = 3",
@@ -101,7 +93,7 @@ def test_a_tensor_brought_back_onto_the_kernels_gpu_shows_in_the_kernel_section(
     assert result.child_gpu_peak == {"GPU:0": WORKER_CONTEXT + nbytes}
 
 
-def test_a_map_names_the_items_whose_values_came_back_onto_the_gpu(monkeypatch, no_real_gpu_view):
+def test_a_map_names_the_items_whose_values_came_back_onto_the_gpu(monkeypatch):
     use_in_kernel(monkeypatch, KERNEL_CONTEXT)
 
     def tensor_of(mib):
