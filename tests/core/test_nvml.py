@@ -120,11 +120,28 @@ def _has_nvidia_driver() -> bool:
     return not isinstance(nvml.initialise(), Unavailable)
 
 
+#: Prints why TensorFlow cannot run on a GPU here (nothing where it can).
+_TF_GPU_PROBE = """
+import importlib.util
+if importlib.util.find_spec("tensorflow") is None:
+    print("TensorFlow is not installed (tests/gpu covers torch and JAX on the GPU)")
+else:
+    import tensorflow as tf
+    if not tf.config.list_physical_devices("GPU"):
+        print(f"TensorFlow {tf.__version__} sees no GPU (a CPU-only build?)")
+"""
+
+
 @pytest.mark.gpu
 def test_real_gpu_process_memory_matches_tensorflow():
     """On a machine with a GPU: NVML sees this process's TensorFlow allocation."""
     if not _has_nvidia_driver():
         pytest.skip("needs an NVIDIA GPU and driver (run on a GPU machine: pytest -m gpu)")
+    # Asked in a child: TensorFlow's GPU discovery starts the CUDA driver, which this process
+    # must not have started (isolation templates fork from a clean process).
+    missing = subprocess.run([sys.executable, "-c", _TF_GPU_PROBE], capture_output=True, text=True, timeout=300)
+    if missing.returncode != 0 or missing.stdout.strip():
+        pytest.skip(missing.stdout.strip() or f"the TensorFlow probe failed: {missing.stderr[-500:]}")
     code = r"""
 import json, tensorflow as tf
 from kerasmagic.probes import nvml, tensorflow as tfp
