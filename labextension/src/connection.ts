@@ -15,6 +15,7 @@ import {
   SeriesHistory,
   upsertCellRun
 } from './history';
+import { allocatorInUse } from './gpu';
 import { JobTable } from './jobs';
 import {
   ICellGrowth,
@@ -59,7 +60,8 @@ export const SERIES = {
   rss: 'rss',
   tfInUse: 'tf_in_use',
   tfHeld: 'tf_held',
-  gpuTfInUse: 'gpu_tf_in_use',
+  /** What the allocators have in use on the GPUs: TF in use + torch allocated + JAX in use. */
+  gpuAllocInUse: 'gpu_allocators_in_use',
   nvmlProcess: 'nvml_process',
   nvmlUsed: 'nvml_used',
   customGradients: 'custom_gradient_entries',
@@ -126,11 +128,7 @@ export function recordSample(history: SeriesHistory, sample: ISample): void {
   const unused = sumDevices(sample.tf, 'held_unused_min_bytes', cpu);
   history.add(SERIES.tfInUse, ts, inUse);
   history.add(SERIES.tfHeld, ts, inUse === null ? null : inUse + (unused ?? 0));
-  history.add(
-    SERIES.gpuTfInUse,
-    ts,
-    sumDevices(sample.tf, 'in_use_bytes', isGpuDevice)
-  );
+  history.add(SERIES.gpuAllocInUse, ts, allocatorInUse(sample));
   history.add(SERIES.nvmlProcess, ts, sumGpu(sample.gpu, 'process_used_bytes'));
   history.add(SERIES.nvmlUsed, ts, sumGpu(sample.gpu, 'used_bytes'));
   history.add(SERIES.cpu, ts, isNumber(sample.cpu_pct) ? sample.cpu_pct : null);

@@ -24,6 +24,13 @@ import { LeakWatchSection } from './cells';
 import { ClearSection } from './clearing';
 import { formatBytes, formatCount, formatSeconds } from './format';
 import {
+  allocatorInUse,
+  allocatorNames,
+  codeParts,
+  gpuHeadlineSub,
+  gpuView
+} from './gpu';
+import {
   countJobs,
   formatElapsed,
   IJobRow,
@@ -54,6 +61,32 @@ const LOAD_LINE = '%load_ext kerasmagic';
 /** A byte count for display, or a dash where the kernel had no number. */
 function bytesOrDash(value: MaybeNumber | null): string {
   return isNumber(value) ? formatBytes(value) : '–';
+}
+
+/**
+ * A remedy as text nodes, with what to type in the code font; a variable name may break
+ * after an underscore (`<wbr>`: a 250 px panel cannot hold XLA_PYTHON_CLIENT_PREALLOCATE=false).
+ */
+function appendRemedy(node: HTMLElement, text: string): void {
+  for (const part of codeParts(text)) {
+    if (!part.code) {
+      node.appendChild(document.createTextNode(part.text));
+      continue;
+    }
+    const code = el('code', 'jp-KerasMagic-gpuCode');
+    if (part.text.includes(' ')) {
+      code.textContent = part.text; // `%%fresh_model --isolate` stays on one line
+      code.dataset.nowrap = 'true';
+    } else {
+      part.text.split(/(?<=_)/).forEach((piece, i) => {
+        if (i > 0) {
+          code.appendChild(document.createElement('wbr'));
+        }
+        code.appendChild(document.createTextNode(piece));
+      });
+    }
+    node.appendChild(code);
+  }
 }
 
 /** How far a framework got; the furthest of what the sample and the facts say wins. */
@@ -165,7 +198,9 @@ export class KerasMagicPanel extends Widget {
       gpu: headline(
         'gpu',
         trans.__('GPU, this kernel'),
-        trans.__("This kernel's GPU memory per NVML, and TensorFlow's view")
+        trans.__(
+          "This kernel's GPU memory per NVML; below it, what each framework's allocator has in use (TF in use, torch allocated, JAX in use)"
+        )
       ),
       cpu: headline(
         'cpu',
@@ -322,6 +357,9 @@ export class KerasMagicPanel extends Widget {
         name => !isGpuDevice(name)
       );
       this.node.dataset.tfInUseBytes = tfInUse === null ? '' : String(tfInUse);
+      const gpuInUse = allocatorInUse(sample);
+      this.node.dataset.gpuAllocInUseBytes =
+        gpuInUse === null ? '' : String(gpuInUse);
     }
     this._renderTf(sample, facts);
     if (facts) {
@@ -477,19 +515,14 @@ export class KerasMagicPanel extends Widget {
         : trans.__('held %1', formatBytes(inUse + (unused ?? 0)))
     );
     const proc = sumGpu(sample.gpu, 'process_used_bytes');
-    const tfGpu = sumDevices(sample.tf, 'in_use_bytes', isGpuDevice);
+    const allocators = allocatorInUse(sample);
+    // Where NVML cannot name this kernel (no driver view, a container's PID namespace) the
+    // allocators' own figures stand in, and the sub-line says whose they are.
+    const gpuValue = proc ?? allocators;
     show(
       h.gpu,
-      proc === null
-        ? tfGpu === null
-          ? null
-          : formatBytes(tfGpu)
-        : formatBytes(proc),
-      proc !== null && tfGpu !== null
-        ? trans.__('TF %1', formatBytes(tfGpu))
-        : proc === null && tfGpu !== null
-          ? trans.__('TF view')
-          : ''
+      gpuValue === null ? null : formatBytes(gpuValue),
+      gpuHeadlineSub(sample, proc !== null, trans)
     );
     show(
       h.cpu,
@@ -533,9 +566,14 @@ export class KerasMagicPanel extends Widget {
         unit: 'bytes'
       },
       {
-        key: SERIES.gpuTfInUse,
-        label: trans.__('GPU TF in use'),
-        style: 'gputf',
+        key: SERIES.gpuAllocInUse,
+        // Named after the frameworks the latest sample has GPU figures for.
+        label: trans.__(
+          'GPU in use (%1)',
+          (sample && allocatorNames(sample).join(' + ')) ||
+            trans.__('allocators')
+        ),
+        style: 'gpualloc',
         unit: 'bytes'
       },
       { key: SERIES.cpu, label: trans.__('CPU'), style: 'cpu', unit: 'pct' }
@@ -627,15 +665,19 @@ export class KerasMagicPanel extends Widget {
     );
   }
 
-  /** The GPU's devices, or one quiet line saying why there is none. */
+  /**
+   * NVML's devices and each framework's allocator (whose number each is, what its pool
+   * keeps unused and the remedy), or one quiet line saying why there is no GPU view.
+   */
   private _renderGpu(sample: ISample): void {
     const trans = this._trans;
     const section = this._gpuSection;
     const lines = this._gpuLines;
     lines.textContent = '';
-    if (isUnavailable(sample.gpu)) {
-      section.node.dataset.quiet = 'true';
-      section.node.dataset.status = sample.gpu.reason;
+    const view = gpuView(sample, trans);
+    section.node.dataset.quiet = String(view.quiet);
+    section.node.dataset.status = view.status;
+    if (view.quiet && isUnavailable(sample.gpu)) {
       section.title.textContent =
         sample.gpu.reason === 'no_device'
           ? trans.__('No GPU')
@@ -643,27 +685,23 @@ export class KerasMagicPanel extends Widget {
       section.title.title = sample.gpu.detail ?? sample.gpu.reason;
       return;
     }
-    section.node.dataset.quiet = 'false';
-    section.node.dataset.status = 'available';
     section.title.textContent = trans.__('GPU');
     section.title.title = '';
-    for (const device of sample.gpu) {
-      if (isUnavailable(device)) {
-        this._line(lines, device.detail ?? device.reason);
-        continue;
-      }
-      this._line(
+    for (const line of view.lines) {
+      const node = this._line(
         lines,
-        trans.__(
-          '%1 %2: %3 of %4 used, this kernel %5',
-          device.index,
-          device.name ?? '',
-          bytesOrDash(device.used_bytes),
-          bytesOrDash(device.total_bytes),
-          bytesOrDash(device.process_used_bytes)
-        ),
-        'device'
+        line.kind === 'remedy' ? '' : line.text,
+        line.kind
       );
+      if (line.kind === 'remedy') {
+        appendRemedy(node, line.text);
+      }
+      node.classList.add('jp-KerasMagic-gpuLine');
+      node.dataset.whose = line.whose;
+      node.dataset.device = line.device;
+      if (line.hint) {
+        node.title = line.hint;
+      }
     }
   }
 

@@ -636,7 +636,8 @@ export class Timeline {
   }
 
   private _renderLegend(specs: ISeriesSpec[]): void {
-    const key = specs.map(s => s.key).join(',');
+    // Labels too: a series' label may follow the data (whose GPU allocators are in use).
+    const key = specs.map(s => `${s.key}:${s.label}`).join(',');
     if (key === this._legendKey) {
       return;
     }

@@ -46,12 +46,18 @@ describe('SeriesHistory', () => {
     expect(newest(history, SERIES.nvmlProcess)?.value).toBeNull(); // no GPU: a gap
 
     recordSample(history, fixture('sample_gpu.json'));
-    expect(newest(history, SERIES.gpuTfInUse)?.value).toBe(2147483648);
+    expect(newest(history, SERIES.gpuAllocInUse)?.value).toBe(2147483648);
     expect(newest(history, SERIES.nvmlProcess)?.value).toBe(75000000000);
     expect(newest(history, SERIES.tfInUse)?.value).toBe(0); // CPU only
 
     recordSample(history, fixture('sample_tf_not_imported.json'));
     expect(newest(history, SERIES.tfInUse)?.value).toBeNull();
+    expect(newest(history, SERIES.gpuAllocInUse)?.value).toBeNull();
+
+    // torch's allocated bytes, not its reserved ones (recorded on an H100: 2 GiB of 3 GiB).
+    recordSample(history, fixture('sample_torch_cached.json'));
+    expect(newest(history, SERIES.gpuAllocInUse)?.value).toBe(2 * 2 ** 30);
+    expect(newest(history, SERIES.nvmlProcess)?.value).toBe(3764387840);
 
     recordFacts(history, fixture('facts.json'));
     expect(newest(history, SERIES.customGradients)?.value).toBe(6);
