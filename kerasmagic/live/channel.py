@@ -18,6 +18,7 @@ from typing import Any
 
 from .. import events, leak_watch
 from .._version import __version__
+from ..cell_numbers import running_cell_number
 from ..probes import Unavailable, nvml, to_jsonable
 from ..probes import tensorflow as tf_probe
 from . import jobs as isolated_jobs
@@ -182,9 +183,20 @@ class LiveChannel:
         with self._send_lock:
             comm.send(data=data, metadata=metadata)
 
+    def _targets(self, visible_only: bool, feature: str | None = None) -> list[Any]:
+        """The comms a pushed message goes to; call with ``self._lock`` held.
+
+        A comm is left out until its ``hello`` and ``history`` have gone (``ready``): a sample
+        or a cell run that reached it first would be dropped by a page still waiting for the
+        replay, and the sampler ticks on its own thread while a comm opens on another.
+        """
+        return [e["comm"] for e in self._listeners.values()
+                if e.get("ready", True) and (feature is None or e.get(feature))
+                and (e["visible"] or not visible_only)]
+
     def broadcast(self, data: dict[str, Any], visible_only: bool = True) -> None:
         with self._lock:
-            targets = [e["comm"] for e in self._listeners.values() if e["visible"] or not visible_only]
+            targets = self._targets(visible_only)
             local = list(self._local.items())
         for key, callback in local:
             try:
@@ -270,6 +282,7 @@ class LiveChannel:
                 "jobs": speaks_at_least(peer_version, _JOBS_MINOR),
                 "cells": speaks_at_least(peer_version, _CELLS_MINOR),
                 "timeline": speaks_at_least(peer_version, _TIMELINE_MINOR),
+                "ready": False,
             }
         comm.on_msg(self.on_msg)
         comm.on_close(self.on_close)
@@ -288,10 +301,26 @@ class LiveChannel:
             },
             metadata={"protocol_version": PROTOCOL_VERSION},
         )
-        if self._listeners.get(comm.comm_id, {}).get("timeline"):
-            self._send(comm, to_jsonable(self.history.message()))
+        self._make_ready(comm)
         self._push_now(comm)
         self._update_sampler()
+
+    def _make_ready(self, comm) -> None:
+        """Send a newly opened comm its ``history`` (1.3+), then let pushes reach it.
+
+        The send lock is held from the snapshot to its send, so a push that found the comm ready
+        goes out after the replay; a tick taken before the snapshot is in it, and one that
+        finds the comm ready is sent too (the page merges a point it already has by ``ts``).
+        """
+        with self._send_lock:
+            with self._lock:
+                entry = self._listeners.get(comm.comm_id)
+                if entry is None:  # closed while we sent hello
+                    return
+                entry["ready"] = True
+                history = to_jsonable(self.history.message()) if entry.get("timeline") else None
+            if history is not None:
+                comm.send(data=history, metadata=None)
 
     def on_msg(self, msg: dict[str, Any]) -> None:
         content: dict[str, Any] = msg.get("content") or {}
@@ -434,9 +463,8 @@ class LiveChannel:
     def pre_run_cell(self, info=None) -> None:
         """IPython hook: a cell starts; remember it for the timeline and tell who looks."""
         try:
-            # IPython has counted on by now when the cell goes into the history: In[n] is one less.
             stored = bool(getattr(info, "store_history", False))
-            count = max(int(getattr(self.shell, "execution_count", 1) or 1) - 1, 0) if stored else None
+            count = running_cell_number(self.shell) if stored else None
             run = self.history.run_started(count, leak_watch._cell_id(self.shell, info))
             self._running.append(run)
         except Exception:  # the timeline must never break a cell
@@ -494,8 +522,7 @@ class LiveChannel:
     def _broadcast_to(self, feature: str, message: dict[str, Any], visible_only: bool) -> None:
         """A message of a later minor version, to the frontends whose entry says they speak it."""
         with self._lock:
-            targets = [e["comm"] for e in self._listeners.values()
-                       if e.get(feature) and (e["visible"] or not visible_only)]
+            targets = self._targets(visible_only, feature)
         self._send_to_each(targets, message)
 
     def _clear(self, comm, request_id: str) -> None:
@@ -545,8 +572,7 @@ class LiveChannel:
         the samples comes with the ``isolated_jobs`` snapshot when they are shown again.
         """
         with self._lock:
-            targets = [e["comm"] for e in self._listeners.values()
-                       if e.get("jobs") and (e["visible"] or not visible_only)]
+            targets = self._targets(visible_only, "jobs")
         self._send_to_each(targets, message)
 
     # ---- teardown -------------------------------------------------------------------------

@@ -521,30 +521,32 @@ export class LiveConnection implements IDisposable {
     return Date.now() / 1000; // no sample yet: the page's clock is the best guess
   }
 
-  /** Record a sample in the current kernel's record (live, or replayed from history). */
-  private _recordSample(sample: ISample, replayed: boolean): void {
+  /**
+   * Record a sample in the current kernel's record (live, or replayed from history).
+   *
+   * The series stay in time order, which the timeline's lookups rely on: a sample no newer
+   * than the last one is dropped. That is a replayed one this page has already (attached
+   * before, switched away and back), or a live one overtaken on the way: the kernel takes
+   * samples on its sampler thread and, for a frontend that just asked, on another.
+   */
+  private _recordSample(sample: ISample): boolean {
     const record = this._record();
-    if (
-      replayed &&
-      record.lastSampleTs !== null &&
-      sample.ts <= record.lastSampleTs
-    ) {
-      return; // this page has it already (attached before, switched away and back)
+    if (record.lastSampleTs !== null && sample.ts <= record.lastSampleTs) {
+      return false;
     }
     recordSample(record.history, sample);
-    if (record.lastSampleTs === null || sample.ts >= record.lastSampleTs) {
-      record.lastSampleTs = sample.ts;
-      record.lastSampleAt = Date.now();
-      if (sample.host !== undefined) {
-        record.host = hostOf(sample);
-      }
+    record.lastSampleTs = sample.ts;
+    record.lastSampleAt = Date.now();
+    if (sample.host !== undefined) {
+      record.host = hostOf(sample);
     }
+    return true;
   }
 
   /** Replay a `history` message: the same path as live samples, runs and marks. */
   private _replay(message: IHistory): void {
     const record = this._record();
-    message.samples.forEach(sample => this._recordSample(sample, true));
+    message.samples.forEach(sample => this._recordSample(sample));
     message.cell_runs.forEach(run =>
       upsertCellRun(record.cellRuns, cellRunOf(run))
     );
@@ -761,8 +763,9 @@ export class LiveConnection implements IDisposable {
         }
         break;
       case 'sample':
-        this._latestSample = message;
-        this._recordSample(message, false);
+        if (this._recordSample(message)) {
+          this._latestSample = message; // an overtaken one must not turn the headlines back
+        }
         break;
       case 'facts':
         this._latestFacts = message;

@@ -219,6 +219,29 @@ describe('LiveConnection with a 1.3 kernel', () => {
     connection.dispose();
   });
 
+  it('keeps each series in time order when a live sample is overtaken', async () => {
+    const kernel = new FakeKernel('k1');
+    const { connection } = await attached(kernel);
+    const newer = data('sample_cpu_host.json');
+    // The kernel samples on its sampler thread and, for a page that just asked, on another:
+    // the older of two samples can arrive second.
+    const older = {
+      ...newer,
+      ts: newer.ts - 0.4,
+      seq: newer.seq - 1,
+      rss_bytes: 1
+    };
+    kernel.comm.receive(newer);
+    kernel.comm.receive(older);
+    const times = connection.history.points(SERIES.rss).map(p => p.ts);
+    expect(times).toEqual([newer.ts]);
+    expect(connection.latestSample?.ts).toBe(newer.ts);
+    // The same sample again (in a replay and live) is one point, too.
+    kernel.comm.receive(newer);
+    expect(connection.history.points(SERIES.rss)).toHaveLength(1);
+    connection.dispose();
+  });
+
   it('never mixes two kernels and marks a restart on a new timeline', async () => {
     const first = new FakeKernel('k1');
     const { connection, session } = await attached(first);
