@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import sys
 import time
 from collections import OrderedDict, deque
 from dataclasses import dataclass
@@ -32,7 +31,7 @@ from typing import Any
 from .probes import keras as keras_probe
 from .probes import tensorflow as tf_probe
 from .probes.availability import guarded
-from .probes.sample import allocator_total, gpu_device_values, memory_sample
+from .probes.sample import allocator_total, gpu_device_values, gpu_framework_imported, memory_sample
 from .tables import Report, Section, format_bytes
 
 __all__ = ['FIX_TEXT', 'KEEP_CELLS', 'KEEP_RUNS', 'MIN_RUNS', 'NOISE_BYTES', 'CellGrowthReport', 'CellRun',
@@ -67,7 +66,6 @@ FIX_TEXT = {
 #: The figures recorded per run, as they are named on the wire.
 _FIGURES = ("rss_bytes", "tf_in_use_bytes", "gpu_bytes", "custom_gradient_entries", "live_models")
 
-_GPU_FRAMEWORKS = ("tensorflow", "torch", "jax")
 #: Containers the model count looks one level into, and types that never are a model.
 _CONTAINERS = frozenset({list, tuple, dict, set, frozenset})
 _PLAIN_TYPES = (str, int, float, bool, bytes, complex, type(None))
@@ -139,10 +137,6 @@ def _model_count(shell) -> int | None:
     return len(found)
 
 
-def _gpu_framework_imported() -> bool:
-    return any(name in sys.modules for name in _GPU_FRAMEWORKS)
-
-
 def read_figures(shell) -> dict[str, int | float | None]:
     """The figures a run's change is taken of; None where there is no number. Cheap: RSS, TF's
     allocator, NVML (only once a GPU framework is imported), the registry's size, the models.
@@ -152,7 +146,7 @@ def read_figures(shell) -> dict[str, int | float | None]:
         >>> sorted(figures), figures["rss_bytes"] > 0, figures["tf_in_use_bytes"]
         (['custom_gradient_entries', 'gpu_bytes', 'live_models', 'rss_bytes', 'tf_in_use_bytes'], True, None)
     """
-    sample = memory_sample(gpu=_gpu_framework_imported())
+    sample = memory_sample(gpu=gpu_framework_imported())
     gpu = gpu_device_values(sample["gpu"], "process_used_bytes")
     registry = guarded(tf_probe.custom_gradient_entries, "reading the registry") if tf_probe.module() else None
     models = guarded(lambda: _model_count(shell), "counting models")

@@ -14,7 +14,6 @@ one of them (the rule of the worker's samples and of the leak watch).
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 from ..holders import tensor_device
@@ -22,23 +21,9 @@ from ..probes import jax_devices as jax_probe
 from ..probes import keras as keras_probe
 from ..probes import torch_cuda as torch_probe
 from ..probes.availability import Unavailable, guarded, to_jsonable
-from ..probes.sample import gpu_device_values, memory_sample, tf_device_values
+from ..probes.sample import gpu_device_values, gpu_framework_imported, memory_sample, tf_device_values
 
-__all__ = ['GPU_FRAMEWORKS', 'allocator_peaks', 'gpu_devices_of', 'gpu_framework_imported', 'kernel_gpu_figures']
-
-#: The frameworks whose import makes a process worth asking NVML about.
-GPU_FRAMEWORKS = ("tensorflow", "torch", "jax")
-
-
-def gpu_framework_imported() -> bool:
-    """Whether this process has imported TensorFlow, torch or JAX (only then is NVML read).
-
-    Example:
-        >>> isinstance(gpu_framework_imported(), bool)
-        True
-    """
-    return any(name in sys.modules for name in GPU_FRAMEWORKS)
-
+__all__ = ['allocator_peaks', 'gpu_devices_of', 'kernel_gpu_figures']
 
 def _jax_peaks() -> dict[str, dict[str, Any]] | Unavailable:
     stats = jax_probe.allocator_stats()

@@ -22,8 +22,11 @@ from . import jax_devices, nvml, process, torch_cuda
 from . import tensorflow as tf_probe
 from .availability import Unavailable, guarded, to_jsonable
 
-__all__ = ['allocator_total', 'gpu_allocator_parts', 'gpu_device_values', 'gpu_part', 'jax_part', 'keep_largest',
-           'memory_sample', 'tf_device_values', 'tf_part', 'torch_part']
+__all__ = ['GPU_FRAMEWORKS', 'allocator_total', 'gpu_allocator_parts', 'gpu_device_values', 'gpu_framework_imported',
+           'gpu_part', 'jax_part', 'keep_largest', 'memory_sample', 'tf_device_values', 'tf_part', 'torch_part']
+
+#: The frameworks whose import makes a process worth asking NVML about.
+GPU_FRAMEWORKS = ("tensorflow", "torch", "jax")
 
 #: ``gpu`` of a sample taken with ``gpu=False``.
 _GPU_NOT_READ = Unavailable("not_imported", "no GPU framework (TensorFlow, torch, JAX) is imported in this process")
@@ -93,6 +96,17 @@ def gpu_allocator_parts() -> dict[str, Any]:
         True
     """
     return to_jsonable({name: guarded(read, what) for name, read, what in _FRAMEWORK_PARTS if name in sys.modules})
+
+
+def gpu_framework_imported() -> bool:
+    """Whether this process has imported TensorFlow, torch or JAX: only then is NVML worth
+    starting for a worker's or the leak watch's sample (``memory_sample(gpu=...)``).
+
+    Example:
+        >>> isinstance(gpu_framework_imported(), bool)
+        True
+    """
+    return any(name in sys.modules for name in GPU_FRAMEWORKS)
 
 
 def memory_sample(*, gpu: bool = True) -> dict[str, Any]:

@@ -51,7 +51,9 @@ def test_the_workers_torch_peaks_are_in_the_report_as_recorded_on_the_h100():
     assert wire["child_torch_peak_allocated_bytes"] == {"cuda:0": 72541184}
     assert wire["child_torch_peak_reserved_bytes"] == {"cuda:0": 73400320}
     assert wire["child_gpu_process_peak_bytes"] == {"GPU:0": 851443712}
-    assert wire["child_jax_peak_bytes"]["reason"] == "not_imported"
+    # No JAX figure: the job used no JAX (the template may have imported it with Keras, whose
+    # import brings JAX in where it is installed, but nothing started its backend).
+    assert wire["child_jax_peak_bytes"]["reason"] in ("not_imported", "not_started")
     text = str(result)
     assert "torch cuda:0 peak" in text and "69.2 MiB" in text and "reserved peak 70.0 MiB" in text
     assert "GPU:0 peak" in text and "812 MiB" in text

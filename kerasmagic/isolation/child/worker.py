@@ -36,8 +36,8 @@ from typing import Any
 # both come through kerasmagic.isolation, which imports them.
 from ...probes import process
 from ...probes.availability import to_jsonable
-from ...probes.sample import memory_sample
-from ..gpu_figures import allocator_peaks, gpu_framework_imported
+from ...probes.sample import gpu_framework_imported, memory_sample
+from ..gpu_figures import allocator_peaks
 from ..shipping import ShippingError, decode, encode
 from ..template import PARENT_GONE_EXIT, preload, set_parent_death_signal
 from . import child_display
