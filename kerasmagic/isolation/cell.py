@@ -14,6 +14,7 @@ from typing import Any
 
 from IPython.core.displayhook import DisplayHook
 
+from ..cell_numbers import running_cell_number
 from ..ipython_names import is_ipython_name, new_variable_name_problem
 from .api import check_code, check_gpu, check_options, check_target, prepare_job
 from .cell_names import CellNames, analyse, uses_get_ipython
@@ -77,7 +78,7 @@ def run_cell_isolated(shell, cell: str, *, inputs: list[str] | None, outputs: li
     """
     __tracebackhide__ = True
     gpu, target = _check_cell_options(inputs, outputs, no_return, timeout, gpu, env, seed, on, address)
-    result = IsolatedResult(f"cell [{getattr(shell, 'execution_count', '?')}]")
+    result = IsolatedResult(f"cell [{running_cell_number(shell)}]")
     job = _prepare_cell_job(shell, cell, header, result, inputs=list(inputs or []), outputs=outputs,
                             no_return=no_return, seed=seed)
     run_job(job, worker_spec(gpu=gpu, env=env), result, timeout=timeout, forward_output=True, on=target)

@@ -278,3 +278,6 @@ def test_reports_and_tracebacks_name_the_cell_as_in_numbers_it(shell, capsys):
     assert shell.user_ns["m"].label == f"cell [{number}]"
     out = capsys.readouterr().out
     assert f"In[{number}], line 3" in out, out
+    isolated = shell.run_cell("%%fresh_model --isolate -q --as job\nvalue = 42", store_history=True)
+    assert isolated.success and shell.user_ns["value"] == 42
+    assert shell.user_ns["job"].label == f"cell [{isolated.execution_count}]"
