@@ -60,6 +60,8 @@ print("[gpu-run]", json.dumps(facts))
 EOF
 
 echo "[gpu-run] pytest -m gpu"
+# 150 s a session: three of them, the install and the readings fit the 600 s of one command.
+KERASMAGIC_GPU_SESSION_TIMEOUT_S=${KERASMAGIC_GPU_SESSION_TIMEOUT_S:-150} \
 KERASMAGIC_GPU_RECORD_DIR="$OUT_DIR" "$PY" -m pytest -m gpu tests/gpu tests/core/test_nvml.py \
   -v -rs -p no:cacheprovider --junitxml="$OUT_DIR/junit.xml" 2>&1 | tee "$OUT_DIR/pytest.log"
 status=${PIPESTATUS[0]}

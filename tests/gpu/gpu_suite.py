@@ -88,14 +88,33 @@ def skip_unless(facts: dict[str, Any], framework: str) -> None:
 
 
 def run_session(script: str, record_as: str, env: dict[str, str], unset: tuple[str, ...] = (),
-                timeout: float = 420) -> dict[str, Any]:
-    """Run ``tests/gpu/<script>`` in its own interpreter; what it saw (its ``SEEN`` line)."""
+                timeout: float | None = None) -> dict[str, Any]:
+    """Run ``tests/gpu/<script>`` in its own interpreter; what it saw (its ``SEEN`` line).
+
+    ``timeout`` defaults to ``KERASMAGIC_GPU_SESSION_TIMEOUT_S`` (420 s): the device runner
+    sets less, so that three sessions and the readings fit the GPU machine's 10 minutes a
+    command and a stalled one fails its tests instead of costing the whole report.
+    """
+    if timeout is None:
+        timeout = float(os.environ.get("KERASMAGIC_GPU_SESSION_TIMEOUT_S", "420"))
+    try:
+        done = _run_script(script, env, unset, timeout)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"{script} did not finish within {timeout:.0f} s (KERASMAGIC_GPU_SESSION_TIMEOUT_S)")
+    return _seen(script, record_as, done)
+
+
+def _run_script(script: str, env: dict[str, str], unset: tuple[str, ...], timeout: float
+                ) -> subprocess.CompletedProcess:
     child_env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONWARNINGS="ignore", **env)
     for name in unset:
         child_env.pop(name, None)
     child_env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
-    done = subprocess.run([sys.executable, str(HERE / script)], capture_output=True, text=True, timeout=timeout,
+    return subprocess.run([sys.executable, str(HERE / script)], capture_output=True, text=True, timeout=timeout,
                           env=child_env, cwd=ROOT)
+
+
+def _seen(script: str, record_as: str, done: subprocess.CompletedProcess) -> dict[str, Any]:
     lines = [line for line in done.stdout.splitlines() if line.startswith("SEEN ")]
     if done.returncode != 0 or not lines:
         pytest.fail(f"{script} failed (exit {done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-5000:]}")
