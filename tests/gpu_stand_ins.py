@@ -16,8 +16,8 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-__all__ = ["READINGS", "StandInNVML", "jax_modules", "recorded_moment", "torch_module", "use_jax", "use_nvml",
-           "use_recorded", "use_torch"]
+__all__ = ["CONSTRUCTED", "READINGS", "StandInNVML", "jax_modules", "recorded_moment", "torch_module", "use_jax",
+           "use_nvml", "use_recorded", "use_torch"]
 
 #: What torch, JAX and NVML answered on an H100 (benchmarks/gpu_readings.py wrote it).
 READINGS = Path(__file__).parents[1] / "benchmarks/results/h100-2026-11-22/allocator_readings.json"
@@ -71,9 +71,32 @@ def use_nvml(monkeypatch: Any, fake: StandInNVML) -> None:
 
 def recorded_moment(run: str, moment: str) -> dict:
     """One moment of a recorded run, e.g. ``("torch", "2 GiB allocated")``: its ``nvml`` and
-    its framework's figures (``torch`` or ``jax``)."""
+    its framework's figures (``torch`` or ``jax``); or one of :data:`CONSTRUCTED` from them."""
+    if (run, moment) in CONSTRUCTED:
+        return CONSTRUCTED[run, moment]()
     (found,) = [m for m in json.loads(READINGS.read_text())[run]["moments"] if m["moment"] == moment]
     return found
+
+
+def _jax_array_deleted() -> dict:
+    """JAX without preallocation once its 512 MiB array is deleted: a pool that grew and stays.
+
+    Not recorded: built from the recorded moment ("jax preallocate=false", "512 MiB array"),
+    whose array was the only thing in use (``bytes_in_use`` is exactly 512 MiB). Deleting it
+    leaves nothing in use and every byte of the pool free, while the pool, and so NVML's figure
+    for the process, stay as they were: XLA's BFC allocator never returns its pool to the
+    driver (the JAX documentation's "GPU memory allocation": only
+    ``XLA_PYTHON_CLIENT_ALLOCATOR=platform`` deallocates).
+    """
+    recorded = recorded_moment("jax preallocate=false", "512 MiB array")
+    jax = dict(recorded["jax"], num_allocs=0, bytes_in_use=0, largest_free_block_bytes=recorded["jax"]["pool_bytes"])
+    return {**recorded, "moment": "512 MiB array deleted (constructed)", "jax": jax}
+
+
+#: Moments the recording lacks, each built from recorded ones by a function that says how.
+CONSTRUCTED: dict[tuple[str, str], Callable[[], dict]] = {
+    ("jax preallocate=false", "512 MiB array deleted (constructed)"): _jax_array_deleted,
+}
 
 
 def torch_module(reading: dict | None) -> SimpleNamespace:
