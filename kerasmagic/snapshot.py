@@ -17,10 +17,61 @@ from .probes.availability import Unavailable, guarded, to_jsonable
 from .records import Record
 from .tables import Report, Section, format_bytes, format_value
 
-__all__ = ['MemorySnapshot', 'session_facts', 'tf_mem']
+__all__ = ['MemorySnapshot', 'jax_advice', 'session_facts', 'tf_mem']
 
 #: A pool's unused part below this is not worth a paragraph of advice.
 _WORTH_A_NOTE_BYTES = 64 * 2**20
+
+#: Why the context estimate is an upper bound once TensorFlow's pool is among those subtracted.
+_TF_UPPER_BOUND = ": an upper bound, as TF reports only a lower bound of its pool"
+
+#: What needs a new process, and where (``%%fresh_model`` in a plain string: no formatting here).
+_NEW_PROCESS = "restart the kernel, or run the work with %%fresh_model --isolate."
+
+
+def jax_advice(stats: dict[str, Any], preallocation: str) -> tuple[str, str]:
+    """Why a JAX pool holds more than it uses, and the remedy: ``(why, remedy)``, in the words the
+    sidebar uses too (labextension/src/gpu.ts, ``jaxAdvice``).
+
+    The pool is the evidence (:func:`kerasmagic.probes.jax_devices.pool_story`): the sample's
+    ``preallocation`` says what is set now, which a backend started earlier never read.
+
+    Example:
+        >>> pool = {"in_use_bytes": 536870912, "pool_bytes": 538968064, "limit_bytes": 63763906560}
+        >>> jax_advice(pool, "XLA_PYTHON_CLIENT_PREALLOCATE=false")[0]
+        "the pool's high-water mark: it grew on demand and never shrinks"
+    """
+    story = jax_probe.pool_story(stats, preallocation)
+    named = jax_probe.named_now(story, preallocation)
+    if story.startswith("preallocated"):
+        why = "preallocated when JAX started: the pool is its whole limit"
+    elif story.startswith("grown"):
+        why = "the pool's high-water mark: it grew on demand and never shrinks"
+    else:
+        why = "pool − in use"
+    if story == "preallocated":
+        remedy = ("XLA_PYTHON_CLIENT_PREALLOCATE=false (or XLA_PYTHON_CLIENT_MEM_FRACTION=.25) takes only what is "
+                  "used, but only if set before JAX starts: restart the kernel with it set, or run the work with "
+                  "%%fresh_model --isolate.")
+    elif story == "preallocated_off_now":
+        remedy = (f"The environment now has {named}, but the pool is JAX's whole limit, so that was set after JAX "
+                  f"started and only a new process reads it: {_NEW_PROCESS}")
+    elif story == "preallocated_fraction_now":
+        remedy = (f"The environment now has {named}: the pool, JAX's whole limit "
+                  f"({format_bytes(stats.get('limit_bytes'))}), is that fraction of the GPU only if it was set before "
+                  "JAX started; set after, only a new process reads it. XLA_PYTHON_CLIENT_PREALLOCATE=false takes "
+                  "only what is used, but only if set before JAX starts: restart the kernel with it set, or run the "
+                  "work with %%fresh_model --isolate.")
+    elif story == "grown":
+        remedy = ("XLA_PYTHON_CLIENT_ALLOCATOR=platform frees memory when arrays are deleted (allocations get "
+                  "slower), but only in a new process: restart the kernel with it set, or run the work with "
+                  "%%fresh_model --isolate.")
+    elif story == "grown_platform_now":
+        remedy = (f"The environment now has {named}, but JAX keeps a pool, so that was set after JAX started and "
+                  f"only a new process reads it: {_NEW_PROCESS}")
+    else:
+        remedy = "Only a new process gives it back: " + _NEW_PROCESS
+    return why, remedy
 
 
 def _model_facts(shell) -> list[dict[str, Any]]:
@@ -179,14 +230,18 @@ class MemorySnapshot(Record, Report):
             pools += sum(stats["pool_bytes"] or 0 for stats in jax_allocator.values())
             whose.append("JAX pool")
         tf_allocator = self.tensorflow.get("allocator")
+        tf_at_least = False
         if isinstance(tf_allocator, dict):
             gpu = [stats for device, stats in tf_allocator.items() if device.startswith("GPU:")]
             if gpu:
                 pools += sum(stats["in_use_bytes"] + (stats.get("held_unused_min_bytes") or 0) for stats in gpu)
                 whose.append("TF pool (at least)")
+                tf_at_least = True
         if ours is not None and whose and ours >= pools:
-            section.add("CUDA context and libraries", "≈ " + format_bytes(ours - pools),
-                        "NVML this process − " + " − ".join(whose))
+            # TF reports its pool only as at least its high-water mark: less subtracted than
+            # the pool may hold, so what is left is at most the context.
+            section.add("CUDA context and libraries", ("≤ " if tf_at_least else "≈ ") + format_bytes(ours - pools),
+                        "NVML this process − " + " − ".join(whose) + (_TF_UPPER_BOUND if tf_at_least else ""))
 
     @staticmethod
     def _nvml_device_rows(section: Section, device: dict[str, Any], tf_allocator: Any) -> None:
@@ -242,13 +297,9 @@ class MemorySnapshot(Record, Report):
             unused = stats["held_unused_bytes"]
             section.add(f"JAX {device} held, unused", format_bytes(unused), "pool − in use")
             if isinstance(unused, int) and unused >= _WORTH_A_NOTE_BYTES:
+                why, remedy = jax_advice(stats, self.jax.get("preallocation", ""))
                 section.notes.append(
-                    f"JAX holds {format_bytes(unused)} of {device} that it does not use "
-                    f"({self.jax.get('preallocation', 'default preallocation')}). "
-                    "XLA_PYTHON_CLIENT_PREALLOCATE=false (or XLA_PYTHON_CLIENT_MEM_FRACTION=.25) "
-                    "takes only what is used, but only if set before JAX starts: restart the kernel "
-                    "with it set, or run the work with %%fresh_model --isolate."
-                )
+                    f"JAX holds {format_bytes(unused)} of {device} that it does not use ({why}). {remedy}")
 
     def _nvml_process_total(self) -> int | None:
         devices = self.nvml["devices"]

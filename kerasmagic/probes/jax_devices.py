@@ -5,6 +5,10 @@ with a 512 MiB array held 59.9 GiB in NVML, all but 0.5 GiB of it a pool that JA
 for itself (``pool_bytes``). ``XLA_PYTHON_CLIENT_PREALLOCATE=false`` (or a smaller
 ``XLA_PYTHON_CLIENT_MEM_FRACTION``) changes that, but only in a process whose backend has
 not started yet. CPU devices keep no statistics (``memory_stats()`` is None).
+
+What the variables were when the backend started cannot be read back afterwards (JAX keeps
+no record of it, and ``os.environ`` says only what they are now), so :func:`pool_story` reads
+the pool itself: a pool as large as its limit was preallocated, a smaller one grew on demand.
 """
 
 from __future__ import annotations
@@ -15,7 +19,8 @@ from typing import Any
 
 from .availability import Unavailable, guarded
 
-__all__ = ['allocator_stats', 'backend_started', 'preallocation', 'snapshot']
+__all__ = ['POOL_STORIES', 'allocator_stats', 'asked', 'backend_started', 'named_now', 'pool_story', 'preallocation',
+           'snapshot']
 
 
 def backend_started() -> bool:
@@ -64,16 +69,91 @@ def allocator_stats() -> dict[str, dict[str, int | None]] | Unavailable:
     return stats
 
 
+#: The variables that size JAX's GPU pool (``jaxlib.xla_client`` reads them when the backend
+#: starts; ``XLA_CLIENT_MEM_FRACTION`` is the newer name of the fraction).
+_VARIABLES = ("XLA_PYTHON_CLIENT_PREALLOCATE", "XLA_PYTHON_CLIENT_MEM_FRACTION", "XLA_CLIENT_MEM_FRACTION",
+              "XLA_PYTHON_CLIENT_ALLOCATOR")
+
+#: What ``jaxlib.xla_client`` takes for "do not preallocate".
+_OFF = ("false", "False", "0")
+
+
 def preallocation() -> str:
-    """What this process asked of JAX's GPU pool: the variables as set, or JAX's default.
+    """The variables that size JAX's GPU pool as this process's environment has them *now*, or
+    JAX's default where none is set.
+
+    Now, not when the backend started: a variable set after that is listed here but not in
+    force (only a new process reads it); :func:`pool_story` tells the two apart by the pool.
 
     Example:
         >>> preallocation() in ("default: 75 % of each GPU at start",) or "XLA_" in preallocation()
         True
     """
-    asked = [f"{name}={os.environ[name]}" for name in ("XLA_PYTHON_CLIENT_PREALLOCATE",
-             "XLA_PYTHON_CLIENT_MEM_FRACTION", "XLA_PYTHON_CLIENT_ALLOCATOR") if name in os.environ]
-    return ", ".join(asked) or "default: 75 % of each GPU at start"
+    set_now = [f"{name}={os.environ[name]}" for name in _VARIABLES if name in os.environ]
+    return ", ".join(set_now) or "default: 75 % of each GPU at start"
+
+
+def asked(preallocation_text: str) -> dict[str, str]:
+    """The variables a :func:`preallocation` text names, ``{name: value}`` (none for the default).
+
+    The sidebar parses the sample's text the same way (labextension/src/gpu.ts), so both read
+    the same evidence.
+
+    Example:
+        >>> asked("XLA_PYTHON_CLIENT_PREALLOCATE=false, XLA_PYTHON_CLIENT_MEM_FRACTION=.25")
+        {'XLA_PYTHON_CLIENT_PREALLOCATE': 'false', 'XLA_PYTHON_CLIENT_MEM_FRACTION': '.25'}
+        >>> asked("default: 75 % of each GPU at start")
+        {}
+    """
+    pairs = (part.strip().partition("=") for part in preallocation_text.split(","))
+    return {name: value for name, sep, value in pairs if sep and name.startswith("XLA_")}
+
+
+#: Why a device's pool holds more than it uses, and so which remedy applies (``%tf_mem`` and the
+#: sidebar word each one; docs/protocol.md, the ``jax`` field):
+#:
+#: - ``preallocated``: the pool is its whole limit and no variable asks otherwise now;
+#: - ``preallocated_off_now``: the pool is its whole limit, yet ``PREALLOCATE=false`` (or the
+#:   platform allocator) is set now: set after the backend started, read only by a new process;
+#: - ``preallocated_fraction_now``: the pool is its whole limit and a fraction is set now: that
+#:   fraction sized it if it was set before the backend started, and nothing here can tell
+#:   (the limit, compared with the GPU, can);
+#: - ``grown``: the pool is below its limit, so preallocation was off when the backend started
+#:   and the pool grew on demand: it stays at its high-water mark (XLA's BFC pool never shrinks);
+#: - ``grown_platform_now``: grown, yet the platform allocator (which keeps no pool) is set now;
+#: - ``unknown``: JAX gave no limit to compare with.
+POOL_STORIES = ("preallocated", "preallocated_off_now", "preallocated_fraction_now", "grown", "grown_platform_now",
+                "unknown")
+
+
+def pool_story(stats: dict[str, int | None], preallocation_text: str) -> str:
+    """Which of :data:`POOL_STORIES` a device's figures and the variables set now tell.
+
+    The evidence is the pool, not the environment: a preallocated pool is its whole limit from
+    the start. (A pool that grew on demand until it reached the limit looks the same; that
+    takes a process that once needed all of it.)
+
+    Example:
+        >>> pool = {"in_use_bytes": 536870912, "pool_bytes": 63763906560, "limit_bytes": 63763906560}
+        >>> pool_story(pool, "default: 75 % of each GPU at start")
+        'preallocated'
+        >>> pool_story(pool, "XLA_PYTHON_CLIENT_PREALLOCATE=false")    # set after JAX started
+        'preallocated_off_now'
+        >>> pool_story({**pool, "pool_bytes": 538968064}, "XLA_PYTHON_CLIENT_PREALLOCATE=false")
+        'grown'
+    """
+    pool, limit = stats.get("pool_bytes"), stats.get("limit_bytes")
+    variables = asked(preallocation_text)
+    platform = variables.get("XLA_PYTHON_CLIENT_ALLOCATOR", "").lower() == "platform"
+    if not isinstance(pool, int) or not isinstance(limit, int):
+        return "unknown"
+    if pool < limit:
+        return "grown_platform_now" if platform else "grown"
+    if platform or variables.get("XLA_PYTHON_CLIENT_PREALLOCATE") in _OFF:
+        return "preallocated_off_now"
+    if "XLA_PYTHON_CLIENT_MEM_FRACTION" in variables or "XLA_CLIENT_MEM_FRACTION" in variables:
+        return "preallocated_fraction_now"
+    return "preallocated"
 
 
 def snapshot() -> dict[str, Any]:
@@ -84,3 +164,22 @@ def snapshot() -> dict[str, Any]:
         Unavailable(reason='not_imported', detail='JAX is not imported in this process')
     """
     return {"allocator": guarded(allocator_stats, "reading JAX's device allocator"), "preallocation": preallocation()}
+
+
+def named_now(story: str, preallocation_text: str) -> str:
+    """The variables set now that a story's advice names (``"XLA_PYTHON_CLIENT_PREALLOCATE=false"``),
+    '' where it names none.
+
+    Example:
+        >>> named_now("preallocated_off_now", "XLA_PYTHON_CLIENT_PREALLOCATE=0, XLA_PYTHON_CLIENT_MEM_FRACTION=.5")
+        'XLA_PYTHON_CLIENT_PREALLOCATE=0'
+    """
+    def wanted(name: str, value: str) -> bool:
+        platform = name == "XLA_PYTHON_CLIENT_ALLOCATOR" and value.lower() == "platform"
+        if story == "preallocated_off_now":
+            return platform or (name == "XLA_PYTHON_CLIENT_PREALLOCATE" and value in _OFF)
+        if story == "preallocated_fraction_now":
+            return name in ("XLA_PYTHON_CLIENT_MEM_FRACTION", "XLA_CLIENT_MEM_FRACTION")
+        return story == "grown_platform_now" and platform
+
+    return " and ".join(f"{name}={value}" for name, value in asked(preallocation_text).items() if wanted(name, value))
