@@ -25,7 +25,8 @@ from ..probes.sample import gpu_device_values, gpu_framework_imported, memory_sa
 
 __all__ = ['allocator_peaks', 'gpu_devices_of', 'kernel_gpu_figures']
 
-def _jax_peaks() -> dict[str, dict[str, Any]] | Unavailable:
+def _jax_peak_and_pool() -> dict[str, dict[str, Any]] | Unavailable:
+    """``{device: {"peak_bytes", "pool_bytes"}}`` (measuring's ``_jax_peaks`` is flat, by label)."""
     stats = jax_probe.allocator_stats()
     if isinstance(stats, Unavailable):
         return stats
@@ -42,39 +43,62 @@ def allocator_peaks() -> dict[str, Any]:
         ('not_imported', 'not_imported')
     """
     return to_jsonable({"torch": guarded(torch_probe.peaks, "reading torch's peaks"),
-                        "jax": guarded(_jax_peaks, "reading JAX's peaks")})
+                        "jax": guarded(_jax_peak_and_pool, "reading JAX's peaks")})
 
 
-def _allocator_figures() -> dict[str, int]:
-    figures: dict[str, int] = {}
+#: Why a view has no number, kept in the figures: the report words a view missing before the
+#: job by it ("not started before" is a change from nothing, a failed read is not).
+_WHY_KEPT = ("not_started", "error")
+
+
+def _note_why(figures: dict[str, int | Unavailable], view: str, read: Any) -> None:
+    """Record under ``view`` (``TF``, ``torch``, ``JAX``, ``NVML``) why it gave no number, where
+    that is worth a word: not started, or an error. A view that does not exist here (not
+    imported, a CPU, no driver) gets no key."""
+    if any(key.startswith(f"{view} ") for key in figures):
+        return
+    if isinstance(read, dict) and read.get("status") == "unavailable":  # a sample's JSON form
+        read = Unavailable(str(read.get("reason") or "error"), str(read.get("detail") or ""))
+    if isinstance(read, Unavailable) and read.reason in _WHY_KEPT:
+        figures[view] = read
+
+
+def _allocator_figures(figures: dict[str, int | Unavailable]) -> None:
     torch_stats = guarded(torch_probe.allocator_stats, "reading torch's allocator")
     if isinstance(torch_stats, dict):
         for device, stats in torch_stats.items():
             figures[f"torch {device} allocated"] = stats["allocated_bytes"]
             figures[f"torch {device} reserved"] = stats["reserved_bytes"]
+    _note_why(figures, "torch", torch_stats)
     jax_stats = guarded(jax_probe.allocator_stats, "reading JAX's allocator")
     if isinstance(jax_stats, dict):
         for device, jax_device in jax_stats.items():
             in_use = jax_device.get("in_use_bytes")
             if isinstance(in_use, int):
                 figures[f"JAX {device} in use"] = in_use
-    return figures
+    _note_why(figures, "JAX", jax_stats)
 
 
-def kernel_gpu_figures() -> dict[str, int]:
+def kernel_gpu_figures() -> dict[str, int | Unavailable]:
     """This process's GPU bytes by whose view they are: ``NVML GPU:0`` (this process), ``TF GPU:0
     in use``, ``torch cuda:0 allocated``/``reserved``, ``JAX gpu:0 in use``; a view that does not
-    exist here (no driver, a runtime not started, a CPU) has no key, never a 0.
+    exist here (no driver, a framework not imported, a CPU) has no key, never a 0. A view that
+    exists but gave no number has its name as the key and why as the value: ``"torch":
+    Unavailable("not_started", ...)`` (CUDA not initialised yet), or ``Unavailable("error", ...)``
+    (the read failed: the report then claims no change from nothing).
 
     Example:
         >>> kernel_gpu_figures()           # no GPU here, or nothing started on it
         {}
     """
     sample = memory_sample(gpu=gpu_framework_imported())
-    figures = {f"NVML {device}": value for device, value in gpu_device_values(sample["gpu"]).items()}
+    figures: dict[str, int | Unavailable] = {
+        f"NVML {device}": value for device, value in gpu_device_values(sample["gpu"]).items()}
+    _note_why(figures, "NVML", sample["gpu"])
     figures.update({f"TF {device} in use": value for device, value in tf_device_values(sample["tf"], "in_use_bytes")
                     .items() if device.startswith("GPU")})
-    figures.update(_allocator_figures())
+    _note_why(figures, "TF", sample["tf"])
+    _allocator_figures(figures)
     return figures
 
 

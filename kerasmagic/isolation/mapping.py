@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from ..probes import nvml
+from ..probes.availability import Unavailable, to_jsonable
 from ..probes.process import rss_bytes
 from ..tables import Report, Section, format_bytes
 from .api import check_gpu, check_options, check_target, encode_named
@@ -48,8 +49,8 @@ class IsolatedMapResult(Report, Sequence):
 
     def __init__(self, items: list[Any], jobs: list[IsolatedResult], values: list[Any], *, workers: int,
                  at_once: int, wall_s: float, kernel_rss_before_bytes: int, kernel_rss_after_bytes: int,
-                 notes: list[str], kernel_gpu_before: dict[str, int] | None = None,
-                 kernel_gpu_after: dict[str, int] | None = None) -> None:
+                 notes: list[str], kernel_gpu_before: dict[str, int | Unavailable] | None = None,
+                 kernel_gpu_after: dict[str, int | Unavailable] | None = None) -> None:
         self.items = items
         self.jobs = jobs
         self.values = values
@@ -80,8 +81,9 @@ class IsolatedMapResult(Report, Sequence):
             "at_once": self.at_once,
             "kernel_rss_before_bytes": self.kernel_rss_before_bytes,
             "kernel_rss_after_bytes": self.kernel_rss_after_bytes,
-            "kernel_gpu_before_bytes": dict(self.kernel_gpu_before),
-            "kernel_gpu_after_bytes": dict(self.kernel_gpu_after),
+            # A view without a number carries why (an unavailable object), as in a job's report.
+            "kernel_gpu_before_bytes": to_jsonable(self.kernel_gpu_before),
+            "kernel_gpu_after_bytes": to_jsonable(self.kernel_gpu_after),
             "failed": self.failed,
             "notes": list(self.notes),
             "jobs": [job.to_dict() for job in self.jobs],

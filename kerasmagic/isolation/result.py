@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..probes.availability import Unavailable
-from ..probes.sample import keep_largest
+from ..probes.sample import is_count, keep_largest
 from ..records import NOT_WIRE, Record, wire
 from ..tables import Report, Section, format_bytes
 
@@ -50,10 +50,6 @@ _ALLOCATOR_FIELDS = (("torch", "peak_allocated_bytes", "child_torch_peak"),
 #: The kernel's GPU views, in the order the report shows them, and whose number each is.
 _KERNEL_VIEWS = {"NVML": "NVML, kernel process", "TF": "TF allocator, kernel", "torch": "torch allocator, kernel",
                  "JAX": "JAX allocator, kernel"}
-
-
-def _is_count(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 @dataclass
@@ -119,8 +115,9 @@ class IsolatedResult(Record, Report):
     child_gpu_peak: dict[str, Any] = field(default_factory=dict, metadata=wire("child_gpu_process_peak_bytes"))
     #: The worker's framework allocators, per device (``cuda:0``, ``gpu:0``), or why there are
     #: none (torch never started CUDA, JAX ran on a CPU): torch's ``max_memory_allocated`` and
-    #: ``max_memory_reserved``, JAX's ``peak_bytes_in_use`` and its pool at the end. ``{}``: no
-    #: reading came (the worker died first). Exact: a worker's counters are the job's alone.
+    #: ``max_memory_reserved``, JAX's ``peak_bytes_in_use`` and the largest its pool grew to (read
+    #: with every sample and at the end). ``{}``: no reading came (the worker died first). Exact:
+    #: a worker's counters are the job's alone (the pool is sampled, but XLA's pool only grows).
     child_torch_peak: dict[str, Any] | Unavailable = field(
         default_factory=dict, metadata=wire("child_torch_peak_allocated_bytes"))
     child_torch_reserved_peak: dict[str, Any] | Unavailable = field(
@@ -133,9 +130,12 @@ class IsolatedResult(Record, Report):
     #: The kernel's GPU bytes before the job and after its values came back, by whose view
     #: (``NVML GPU:0``, ``TF GPU:0 in use``, ``torch cuda:0 allocated``/``reserved``, ``JAX gpu:0
     #: in use``; see :func:`~kerasmagic.isolation.gpu_figures.kernel_gpu_figures`); no key where
-    #: the kernel has no such view.
-    kernel_gpu_before: dict[str, int] = field(default_factory=dict, metadata=wire("kernel_gpu_before_bytes"))
-    kernel_gpu_after: dict[str, int] = field(default_factory=dict, metadata=wire("kernel_gpu_after_bytes"))
+    #: the kernel has no such view; the view's name (``torch``) with why where it gave no number
+    #: (not started, or an error).
+    kernel_gpu_before: dict[str, int | Unavailable] = field(default_factory=dict,
+                                                            metadata=wire("kernel_gpu_before_bytes"))
+    kernel_gpu_after: dict[str, int | Unavailable] = field(default_factory=dict,
+                                                           metadata=wire("kernel_gpu_after_bytes"))
     #: The values that came back and live on a GPU of the kernel, with their devices.
     returned_on_gpu: dict[str, list[str]] = field(default_factory=dict)
     pool_size: int = 0
@@ -200,7 +200,7 @@ class IsolatedResult(Record, Report):
                 held = {}
                 setattr(self, name, held)
             keep_largest(held, {device: stats[key] for device, stats in view.items()
-                                if isinstance(stats, dict) and _is_count(stats.get(key))})
+                                if isinstance(stats, dict) and is_count(stats.get(key))})
 
     def _title(self) -> str:
         status = {
@@ -280,7 +280,7 @@ class IsolatedResult(Record, Report):
         if isinstance(self.child_jax_peak, dict):
             for device, peak in sorted(self.child_jax_peak.items()):
                 pool = jax_pool.get(device)
-                held = f"; its pool at the end {format_bytes(pool)}" if pool is not None else ""
+                held = f"; its largest pool {format_bytes(pool)}" if pool is not None else ""
                 child.add(f"JAX {device} peak", format_bytes(peak), f"JAX allocator, worker (peak_bytes_in_use){held}")
 
     def _has_allocator_view(self) -> bool:
@@ -323,34 +323,59 @@ class IsolatedResult(Record, Report):
         return node
 
 
-def add_kernel_gpu_rows(kernel: Section, before: dict[str, int], after: dict[str, int]) -> None:
-    """Rows of the kernel's GPU change, one per view in ``before`` or ``after`` (keys as
-    :func:`~kerasmagic.isolation.gpu_figures.kernel_gpu_figures` names them); none without a view.
+def _why_missing(figures: dict[str, Any], view: str) -> Unavailable | None:
+    """Why ``view`` (``torch``) gave no number, as :func:`kernel_gpu_figures` recorded it; None
+    where it recorded nothing (the view did not exist: a framework not imported yet)."""
+    why = figures.get(view)
+    return why if isinstance(why, Unavailable) else None
+
+
+def add_kernel_gpu_rows(kernel: Section, before: dict[str, Any], after: dict[str, Any]) -> None:
+    """Rows of the kernel's GPU change, one per view with a number in ``before`` or ``after``
+    (keys as :func:`~kerasmagic.isolation.gpu_figures.kernel_gpu_figures` names them); none
+    without a view. A view missing before is a change from nothing only where it did not
+    exist or had not started; where reading it failed, the row gives the figure after alone.
 
     Example:
         >>> section = Section("Kernel")
-        >>> add_kernel_gpu_rows(section, {"NVML GPU:0": 2**30}, {"NVML GPU:0": 2**30 + 700 * 2**20,
-        ...                                                     "torch cuda:0 allocated": 690 * 2**20})
+        >>> add_kernel_gpu_rows(section, {"NVML GPU:0": 2**30, "torch": Unavailable("not_started")},
+        ...                     {"NVML GPU:0": 2**30 + 700 * 2**20, "torch cuda:0 allocated": 690 * 2**20,
+        ...                      "JAX gpu:0 in use": 2**20})
         >>> for row in section.rows: print(row)
         ('GPU:0 change', '+700 MiB', '1.00 GiB → 1.68 GiB, NVML, kernel process')
         ('torch cuda:0 allocated change', '+690 MiB', 'not started before → 690 MiB, torch allocator, kernel')
+        ('JAX gpu:0 in use change', '+1.00 MiB', 'not imported before → 1.00 MiB, JAX allocator, kernel')
+        >>> section = Section("Kernel")
+        >>> add_kernel_gpu_rows(section, {"torch": Unavailable("error", "CUDA busy")},
+        ...                     {"torch cuda:0 allocated": 690 * 2**20})
+        >>> for row in section.rows: print(row)
+        ('torch cuda:0 allocated after', '690 MiB', 'no reading before (CUDA busy), torch allocator, kernel')
     """
     order = list(_KERNEL_VIEWS)
-    keys = sorted(set(before) | set(after), key=lambda key: (
+    numbers = {key for key in set(before) | set(after) if " " in key}  # a bare view name carries why
+    keys = sorted(numbers, key=lambda key: (
         order.index(key.partition(" ")[0]) if key.partition(" ")[0] in order else len(order), key))
     for key in keys:
         view, _, what = key.partition(" ")
         label = what if view == "NVML" and what else key
         whose = _KERNEL_VIEWS.get(view, "kernel")
         was, now = before.get(key), after.get(key)
+        was = was if is_count(was) else None
+        now = now if is_count(now) else None
+        why_before = _why_missing(before, view)
         if was is not None and now is not None:
             kernel.add(f"{label} change", format_bytes(now - was, signed=True),
                        f"{format_bytes(was)} → {format_bytes(now)}, {whose}")
-        elif now is not None and view == "NVML":
-            kernel.add(f"{label} after", format_bytes(now), f"no reading before, {whose}")
-        elif now is not None:
-            # The runtime started for the values that came back: before, it held nothing.
+        elif now is not None and view != "NVML" and (why_before is None or why_before.reason == "not_started") \
+                and not any(other.startswith(f"{view} ") for other in before):
+            # The runtime started (or was imported) for the values that came back: before, it held nothing.
+            state = "not started" if why_before is not None else "not imported"
             kernel.add(f"{label} change", format_bytes(now, signed=True),
-                       f"not started before → {format_bytes(now)}, {whose}")
+                       f"{state} before → {format_bytes(now)}, {whose}")
+        elif now is not None:
+            why = f" ({why_before.detail or why_before.reason.replace('_', ' ')})" if why_before is not None else ""
+            kernel.add(f"{label} after", format_bytes(now), f"no reading before{why}, {whose}")
         elif was is not None:
-            kernel.add(f"{label} before", format_bytes(was), f"no reading after, {whose}")
+            why_after = _why_missing(after, view)
+            why = f" ({why_after.detail or why_after.reason.replace('_', ' ')})" if why_after is not None else ""
+            kernel.add(f"{label} before", format_bytes(was), f"no reading after{why}, {whose}")

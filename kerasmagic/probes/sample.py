@@ -23,7 +23,8 @@ from . import tensorflow as tf_probe
 from .availability import Unavailable, guarded, to_jsonable
 
 __all__ = ['GPU_FRAMEWORKS', 'allocator_total', 'gpu_allocator_parts', 'gpu_device_values', 'gpu_framework_imported',
-           'gpu_part', 'jax_part', 'keep_largest', 'memory_sample', 'tf_device_values', 'tf_part', 'torch_part']
+           'gpu_part', 'is_count', 'jax_part', 'keep_largest', 'memory_sample', 'tf_device_values', 'tf_part',
+           'torch_part']
 
 #: The frameworks whose import makes a process worth asking NVML about.
 GPU_FRAMEWORKS = ("tensorflow", "torch", "jax")
@@ -128,7 +129,14 @@ def memory_sample(*, gpu: bool = True) -> dict[str, Any]:
     })
 
 
-def _is_count(value: Any) -> bool:
+def is_count(value: Any) -> bool:
+    """Whether ``value`` is a byte count as a sample carries it: a number, not a bool nor an
+    unavailable object (JSON may give an integral count as a float).
+
+    Example:
+        >>> is_count(5), is_count(5.0), is_count(True), is_count({"status": "unavailable"})
+        (True, True, False, False)
+    """
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
@@ -145,7 +153,7 @@ def tf_device_values(tf: Any, key: str) -> dict[str, Any]:
     if not isinstance(devices, dict):
         return {}
     return {name: stats[key] for name, stats in devices.items()
-            if isinstance(stats, dict) and _is_count(stats.get(key))}
+            if isinstance(stats, dict) and is_count(stats.get(key))}
 
 
 def allocator_total(tf: Any, key: str = "in_use_bytes", *, gpu: bool | None = None) -> Any:
@@ -171,7 +179,7 @@ def gpu_device_values(gpu: Any, key: str = "process_used_bytes") -> dict[str, An
     if not isinstance(gpu, list):
         return {}
     return {f"GPU:{device['index']}": device[key] for device in gpu
-            if isinstance(device, dict) and "index" in device and _is_count(device.get(key))}
+            if isinstance(device, dict) and "index" in device and is_count(device.get(key))}
 
 
 def keep_largest(peaks: dict[str, Any], values: dict[str, Any]) -> None:
@@ -184,4 +192,4 @@ def keep_largest(peaks: dict[str, Any], values: dict[str, Any]) -> None:
     """
     for key, value in values.items():
         known = peaks.get(key)
-        peaks[key] = max(value, known) if _is_count(known) else value
+        peaks[key] = max(value, known) if is_count(known) else value

@@ -33,11 +33,15 @@ def started_cuda() -> Any:
     return cuda if cuda is not None and cuda.is_initialized() else None
 
 
-def allocator_stats() -> dict[str, dict[str, int]] | Unavailable:
-    """Per CUDA device: allocated, reserved, peak allocated and held-unused bytes.
+def allocator_stats(*, reserved_peak: bool = False) -> dict[str, dict[str, int]] | Unavailable:
+    """Per CUDA device: allocated, reserved, peak allocated and held-unused bytes, and with
+    ``reserved_peak=True`` the peak reserved too.
 
     Device names are torch's (``cuda:0`` is the first device ``CUDA_VISIBLE_DEVICES``
-    lets the process see, not NVML's GPU 0).
+    lets the process see, not NVML's GPU 0). The peaks count since the process started or
+    since the last ``reset_peak_memory_stats()``. The reserved peak is read only for the
+    isolated report, which shows it: the live protocol's ``torch`` (docs/protocol.md, 1.4),
+    sampled 4 times a second, and ``%tf_mem``'s snapshot carry the four other fields.
 
     Example:
         >>> allocator_stats()          # torch not imported
@@ -58,28 +62,25 @@ def allocator_stats() -> dict[str, dict[str, int]] | Unavailable:
             "peak_allocated_bytes": int(cuda.max_memory_allocated(index)),
             "held_unused_bytes": max(reserved - allocated, 0),
         }
+        if reserved_peak:
+            # The most the caching allocator held on the GPU; NVML's figure for the process
+            # adds the CUDA context and the libraries' buffers to it.
+            stats[f"cuda:{index}"]["peak_reserved_bytes"] = int(cuda.max_memory_reserved(index))
     return stats
 
 
 def peaks() -> dict[str, dict[str, int]] | Unavailable:
-    """Per CUDA device: the most torch has had allocated and reserved, since the process started
-    or since the last ``reset_peak_memory_stats()``.
-
-    The reserved peak is the most the caching allocator held on the GPU; NVML's figure for
-    the process adds the CUDA context and the libraries' buffers to it.
+    """Per CUDA device: the most torch has had allocated and reserved (``allocator_stats()``'s peaks).
 
     Example:
         >>> peaks()                    # torch not imported
         Unavailable(reason='not_imported', detail='torch is not imported in this process')
     """
-    if sys.modules.get("torch") is None:
-        return Unavailable("not_imported", "torch is not imported in this process")
-    cuda = started_cuda()
-    if cuda is None:
-        return Unavailable("not_started", "torch has not initialised CUDA in this process")
-    return {f"cuda:{index}": {"peak_allocated_bytes": int(cuda.max_memory_allocated(index)),
-                              "peak_reserved_bytes": int(cuda.max_memory_reserved(index))}
-            for index in range(cuda.device_count())}
+    stats = allocator_stats(reserved_peak=True)
+    if isinstance(stats, Unavailable):
+        return stats
+    return {device: {"peak_allocated_bytes": figures["peak_allocated_bytes"],
+                     "peak_reserved_bytes": figures["peak_reserved_bytes"]} for device, figures in stats.items()}
 
 
 def snapshot() -> dict[str, Any]:

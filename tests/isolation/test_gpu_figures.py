@@ -39,6 +39,7 @@ KERNEL_CONTEXT = 543162368
 #: The recorded job, in short: a batch of the recorded peak is allocated and freed; torch keeps
 #: its blocks cached, so the reserve (and NVML) stay at their peak until the process ends.
 FIT = f"import torch\nbatch = torch.empty({TORCH_PEAK})\ndel batch\ndone = True"
+NOT_STARTED = Unavailable("not_started", "torch has not initialised CUDA in this process")
 
 
 def test_the_workers_torch_peaks_are_in_the_report_as_recorded_on_the_h100():
@@ -64,7 +65,7 @@ def test_the_workers_torch_peaks_are_in_the_report_as_recorded_on_the_h100():
 def test_a_job_that_never_started_cuda_has_no_torch_numbers_and_says_why():
     result = run_isolated("import torch\nready = torch.cuda.is_initialized()", env=worker_env(WORKER_CONTEXT))
     assert result.outputs["ready"] is False
-    assert result.child_torch_peak == Unavailable("not_started", "torch has not initialised CUDA in this process")
+    assert result.child_torch_peak == NOT_STARTED
     assert result.to_dict()["child_torch_peak_allocated_bytes"]["reason"] == "not_started"
     assert "torch cuda:0" not in str(result)
 
@@ -75,13 +76,15 @@ def test_a_tensor_brought_back_onto_the_kernels_gpu_shows_in_the_kernel_section(
     result = run_isolated(f"import torch\nweights = torch.empty({nbytes})\nsteps = 3",
                           env=worker_env(WORKER_CONTEXT))
     assert result.outputs["weights"].device == "cuda:0" and torch.cuda.memory_allocated() == nbytes
-    # Before: torch imported, CUDA not started, so NVML's 0 is real and torch has no view yet.
-    assert result.kernel_gpu_before == {"NVML GPU:0": 0}
+    # Before: torch imported, CUDA not started, so NVML's 0 is real and torch has no number
+    # yet, and says why: the report words the change from it.
+    assert result.kernel_gpu_before == {"NVML GPU:0": 0, "torch": NOT_STARTED}
     assert result.kernel_gpu_after == {"NVML GPU:0": KERNEL_CONTEXT + nbytes, "torch cuda:0 allocated": nbytes,
                                        "torch cuda:0 reserved": nbytes}
     assert result.returned_on_gpu == {"weights": ["cuda:0"]}
     wire = result.to_dict()
     assert wire["kernel_gpu_after_bytes"]["torch cuda:0 allocated"] == nbytes
+    assert wire["kernel_gpu_before_bytes"]["torch"]["reason"] == "not_started"
     assert wire["returned_on_gpu"] == {"weights": ["cuda:0"]}
     text = str(result)
     kernel = text[text.index("\nKernel\n"):]
@@ -133,8 +136,7 @@ def test_without_a_gpu_framework_the_kernel_never_starts_nvml(monkeypatch):
 
 
 def test_where_no_allocator_saw_the_gpu_the_nvml_peak_is_named_as_the_figure():
-    not_started = Unavailable("not_started", "torch has not initialised CUDA in this process")
-    result = IsolatedResult("job", child_gpu_peak={"GPU:0": NVML_PEAK}, child_torch_peak=not_started,
+    result = IsolatedResult("job", child_gpu_peak={"GPU:0": NVML_PEAK}, child_torch_peak=NOT_STARTED,
                             child_jax_peak=Unavailable("not_imported", "JAX is not imported in this process"))
     text = str(result)
     assert "NVML, worker process, sampled: the GPU peak, no framework allocator saw it" in text
@@ -153,4 +155,47 @@ def test_jax_peaks_from_the_h100_fold_and_render_with_the_pool():
                                               "pool_bytes": stats["pool_bytes"]}}})
     result.fold_allocators({"jax": {"status": "unavailable", "reason": "error", "detail": "late"}})  # numbers stay
     assert result.child_jax_peak == {"gpu:0": 185515520} and result.child_jax_pool == {"gpu:0": 270532608}
-    assert "JAX gpu:0 peak" in str(result) and "177 MiB" in str(result) and "its pool at the end 258 MiB" in str(result)
+    assert "JAX gpu:0 peak" in str(result) and "177 MiB" in str(result) and "its largest pool 258 MiB" in str(result)
+
+
+def test_the_jax_pool_is_the_largest_seen_and_said_so():
+    # XLA's pool grows; a smaller reading (another device's, or a late one) must not lower it.
+    result = IsolatedResult("job")
+    for pool in (2**30, 3 * 2**30, 2 * 2**30):
+        result.fold_allocators({"jax": {"gpu:0": {"peak_bytes": 2**20, "pool_bytes": pool}}})
+    assert result.child_jax_pool == {"gpu:0": 3 * 2**30}
+    assert "its largest pool 3.00 GiB" in str(result) and "its largest pool 3.00 GiB" in result._repr_html_()
+
+
+def test_a_view_whose_reading_before_failed_is_not_called_not_started(monkeypatch):
+    torch = use_in_kernel(monkeypatch, KERNEL_CONTEXT)
+    from kerasmagic.probes import torch_cuda
+
+    real = torch_cuda.allocator_stats
+    calls = []
+
+    def fails_first():
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("CUDA error: device busy")
+        return real()
+
+    torch.cuda.started = True  # CUDA was running in the kernel before the job
+    monkeypatch.setattr(torch_cuda, "allocator_stats", fails_first)
+    result = run_isolated(f"import torch\nweights = torch.empty({2**20})", env=worker_env(WORKER_CONTEXT))
+    assert result.kernel_gpu_before["torch"].reason == "error"
+    assert "device busy" in result.kernel_gpu_before["torch"].detail
+    assert result.to_dict()["kernel_gpu_before_bytes"]["torch"]["reason"] == "error"
+    kernel = str(result)[str(result).index("\nKernel\n"):]
+    assert "not started before" not in kernel
+    assert "torch cuda:0 allocated after" in kernel and "no reading before (" in kernel and "device busy" in kernel
+
+
+def test_a_framework_the_kernel_had_not_imported_is_a_change_from_nothing():
+    from kerasmagic.isolation.result import add_kernel_gpu_rows
+    from kerasmagic.tables import Section
+
+    kernel = Section("Kernel")
+    add_kernel_gpu_rows(kernel, {}, {"torch cuda:0 allocated": 2**20, "torch": Unavailable("error", "x")})
+    assert kernel.rows == [("torch cuda:0 allocated change", "+1.00 MiB",
+                            "not imported before → 1.00 MiB, torch allocator, kernel")]
