@@ -47,7 +47,16 @@ def tf_part() -> dict[str, Any] | Unavailable:
 
 
 def gpu_part() -> list[dict[str, Any] | Unavailable] | Unavailable:
-    """A sample's ``gpu``: NVML's devices (this process's use included), or why there are none."""
+    """A sample's ``gpu``: NVML's devices (this process's use included), or why there are none.
+
+    Example:
+        >>> part = gpu_part()        # without an NVIDIA driver: Unavailable(reason='no_device', ...)
+        >>> isinstance(part, list) or part.reason in ("no_device", "error")
+        True
+        >>> gpu_part()               # on an H100 with torch (benchmarks/results/h100-2026-11-22)  # doctest: +SKIP
+        [{'index': 0, 'name': 'NVIDIA H100 80GB HBM3', 'used_bytes': 1861025792, 'total_bytes': 85520809984,
+          'utilisation_pct': 2, 'process_used_bytes': 1348468736}]
+    """
     return nvml.devices()
 
 
