@@ -10,6 +10,7 @@ import { IWording } from './clearing';
 import { formatBytes } from './format';
 import {
   IGpuDevice,
+  IJaxDevice,
   ISample,
   isNumber,
   isUnavailable,
@@ -55,7 +56,14 @@ export interface IAllocatorFigure {
 
 const TF_GPU = /GPU/i;
 
-/** Every allocator's in-use bytes per GPU in a sample (the ones with a number). */
+/**
+ * Every allocator's in-use bytes per GPU in a sample (the ones with a number): TF's in use on
+ * its GPU devices, torch's allocated, JAX's in use; reserved and pooled bytes never.
+ *
+ * Example: `sample_torch_cached` (2 GiB allocated, 3 GiB reserved) →
+ * `[{framework: 'torch', device: 'cuda:0', inUseBytes: 2147483648}]`; a sample without
+ * GPU frameworks → `[]`.
+ */
 export function allocatorFigures(sample: ISample): IAllocatorFigure[] {
   const figures: IAllocatorFigure[] = [];
   if (!isUnavailable(sample.tf)) {
@@ -247,6 +255,172 @@ function torchLines(sample: ISample, trans: IWording): IGpuLine[] {
   return lines;
 }
 
+/**
+ * Why a JAX pool holds more than it uses, read from the pool itself (kerasmagic/probes/
+ * jax_devices.py, `POOL_STORIES`): what was set when JAX's backend started cannot be read
+ * back, and the sample's `preallocation` says only what is set now.
+ */
+export type JaxPoolStory =
+  | 'preallocated'
+  | 'preallocated_off_now'
+  | 'preallocated_fraction_now'
+  | 'grown'
+  | 'grown_platform_now'
+  | 'unknown';
+
+/** What jaxlib takes for "do not preallocate". */
+const PREALLOCATE_OFF = ['false', 'False', '0'];
+const FRACTION_VARIABLES = [
+  'XLA_PYTHON_CLIENT_MEM_FRACTION',
+  'XLA_CLIENT_MEM_FRACTION'
+];
+
+/**
+ * The variables a sample's `preallocation` text names, in order (none for JAX's default), as
+ * the kernel's `asked()` reads them.
+ *
+ * Example: `jaxVariables('XLA_PYTHON_CLIENT_PREALLOCATE=false')` →
+ * `[['XLA_PYTHON_CLIENT_PREALLOCATE', 'false']]`.
+ */
+export function jaxVariables(preallocation: string): Array<[string, string]> {
+  const pairs: Array<[string, string]> = [];
+  for (const part of preallocation.split(',')) {
+    const text = part.trim();
+    const sep = text.indexOf('=');
+    if (sep > 0 && text.startsWith('XLA_')) {
+      pairs.push([text.slice(0, sep), text.slice(sep + 1)]);
+    }
+  }
+  return pairs;
+}
+
+const isPlatform = (name: string, value: string): boolean =>
+  name === 'XLA_PYTHON_CLIENT_ALLOCATOR' && value.toLowerCase() === 'platform';
+
+/**
+ * Which story a device's pool and the variables set now tell: a pool as large as its limit
+ * was preallocated when the backend started, a smaller one grew on demand (a pool grown until
+ * it reached the limit looks preallocated: that takes a process that once needed all of it).
+ *
+ * Example: pool 59.4 GiB = limit, `preallocation` `'XLA_PYTHON_CLIENT_PREALLOCATE=false'` →
+ * `'preallocated_off_now'` (set after JAX started); pool 514 MiB of a 59.4 GiB limit →
+ * `'grown'`.
+ */
+export function jaxPoolStory(
+  stats: IJaxDevice,
+  preallocation: string
+): JaxPoolStory {
+  const pool = stats.pool_bytes;
+  const limit = stats.limit_bytes;
+  if (!isNumber(pool) || !isNumber(limit)) {
+    return 'unknown';
+  }
+  const variables = jaxVariables(preallocation);
+  const platform = variables.some(([name, value]) => isPlatform(name, value));
+  if (pool < limit) {
+    return platform ? 'grown_platform_now' : 'grown';
+  }
+  const off = variables.some(
+    ([name, value]) =>
+      name === 'XLA_PYTHON_CLIENT_PREALLOCATE' &&
+      PREALLOCATE_OFF.includes(value)
+  );
+  if (platform || off) {
+    return 'preallocated_off_now';
+  }
+  if (variables.some(([name]) => FRACTION_VARIABLES.includes(name))) {
+    return 'preallocated_fraction_now';
+  }
+  return 'preallocated';
+}
+
+/** The variables set now that a story's advice names, joined with " and ". */
+function namedNow(story: JaxPoolStory, preallocation: string): string {
+  return jaxVariables(preallocation)
+    .filter(([name, value]) => {
+      if (story === 'preallocated_off_now') {
+        return (
+          isPlatform(name, value) ||
+          (name === 'XLA_PYTHON_CLIENT_PREALLOCATE' &&
+            PREALLOCATE_OFF.includes(value))
+        );
+      }
+      if (story === 'preallocated_fraction_now') {
+        return FRACTION_VARIABLES.includes(name);
+      }
+      return story === 'grown_platform_now' && isPlatform(name, value);
+    })
+    .map(([name, value]) => `${name}=${value}`)
+    .join(' and ');
+}
+
+/**
+ * Why a JAX pool holds more than it uses and what gives it back, in `%tf_mem`'s words
+ * (kerasmagic/snapshot.py, `jax_advice`).
+ *
+ * Example: pool 514 MiB of a 59.4 GiB limit, `XLA_PYTHON_CLIENT_PREALLOCATE=false` →
+ * `{why: "the pool's high-water mark: it grew on demand and never shrinks", remedy:
+ * 'XLA_PYTHON_CLIENT_ALLOCATOR=platform frees memory when arrays are deleted …'}`.
+ */
+export function jaxAdvice(
+  stats: IJaxDevice,
+  preallocation: string,
+  trans: IWording
+): { story: JaxPoolStory; why: string; remedy: string } {
+  const story = jaxPoolStory(stats, preallocation);
+  const named = namedNow(story, preallocation);
+  const why = story.startsWith('preallocated')
+    ? trans.__('preallocated when JAX started: the pool is its whole limit')
+    : story.startsWith('grown')
+      ? trans.__(
+          "the pool's high-water mark: it grew on demand and never shrinks"
+        )
+      : trans.__('pool − in use');
+  let remedy: string;
+  switch (story) {
+    case 'preallocated':
+      remedy = trans.__(
+        'XLA_PYTHON_CLIENT_PREALLOCATE=false (or XLA_PYTHON_CLIENT_MEM_FRACTION=.25) takes only what is used, but only if set before JAX starts: restart the kernel with it set, or run the work with %1.',
+        ISOLATE
+      );
+      break;
+    case 'preallocated_off_now':
+      remedy = trans.__(
+        "The environment now has %1, but the pool is JAX's whole limit, so that was set after JAX started and only a new process reads it: restart the kernel, or run the work with %2.",
+        named,
+        ISOLATE
+      );
+      break;
+    case 'preallocated_fraction_now':
+      remedy = trans.__(
+        "The environment now has %1: the pool, JAX's whole limit (%2), is that fraction of the GPU only if it was set before JAX started; set after, only a new process reads it. XLA_PYTHON_CLIENT_PREALLOCATE=false takes only what is used, but only if set before JAX starts: restart the kernel with it set, or run the work with %3.",
+        named,
+        bytes(stats.limit_bytes),
+        ISOLATE
+      );
+      break;
+    case 'grown':
+      remedy = trans.__(
+        'XLA_PYTHON_CLIENT_ALLOCATOR=platform frees memory when arrays are deleted (allocations get slower), but only in a new process: restart the kernel with it set, or run the work with %1.',
+        ISOLATE
+      );
+      break;
+    case 'grown_platform_now':
+      remedy = trans.__(
+        'The environment now has %1, but JAX keeps a pool, so that was set after JAX started and only a new process reads it: restart the kernel, or run the work with %2.',
+        named,
+        ISOLATE
+      );
+      break;
+    default:
+      remedy = trans.__(
+        'Only a new process gives it back: restart the kernel, or run the work with %1.',
+        ISOLATE
+      );
+  }
+  return { story, why, remedy };
+}
+
 function jaxLines(sample: ISample, trans: IWording): IGpuLine[] {
   const jax = sample.jax;
   if (jax === undefined || isUnavailable(jax)) {
@@ -272,6 +446,7 @@ function jaxLines(sample: ISample, trans: IWording): IGpuLine[] {
       )
     });
     if (isNumber(unused) && unused >= WORTH_A_NOTE_BYTES) {
+      const advice = jaxAdvice(stats, jax.preallocation, trans);
       lines.push({
         kind: 'unused',
         whose: 'jax',
@@ -280,17 +455,14 @@ function jaxLines(sample: ISample, trans: IWording): IGpuLine[] {
           'JAX %1 held, unused: %2 (%3)',
           device,
           formatBytes(unused),
-          jax.preallocation
+          advice.why
         )
       });
       lines.push({
         kind: 'remedy',
         whose: 'jax',
         device,
-        text: trans.__(
-          'XLA_PYTHON_CLIENT_PREALLOCATE=false (or XLA_PYTHON_CLIENT_MEM_FRACTION=.25) takes only what is used, but only if set before JAX starts: restart the kernel with it set, or run the work with %1.',
-          ISOLATE
-        )
+        text: advice.remedy
       });
     }
   }
@@ -300,7 +472,12 @@ function jaxLines(sample: ISample, trans: IWording): IGpuLine[] {
 /**
  * What NVML counts for this kernel beyond every framework's pool: the CUDA context and the
  * libraries' buffers, as `%tf_mem` estimates it; null where there is no pool or no NVML
- * number of ours to subtract from.
+ * number of ours to subtract from. With TensorFlow's pool among those subtracted the figure is
+ * an upper bound ("≤"): TF reports its pool only as at least its high-water mark.
+ *
+ * Example: `sample_torch_cached` (NVML this kernel 3.51 GiB, torch reserved 3.00 GiB) →
+ * `{kind: 'context', text: 'CUDA context and libraries ≈ 518 MiB', hint: 'NVML this kernel −
+ * torch reserved', …}`; `sample_gpu` (TF) → `'CUDA context and libraries ≤ …'`.
  */
 export function contextLine(sample: ISample, trans: IWording): IGpuLine | null {
   if (isUnavailable(sample.gpu)) {
@@ -330,6 +507,7 @@ export function contextLine(sample: ISample, trans: IWording): IGpuLine | null {
       whose.push(trans.__('JAX pool'));
     }
   }
+  let tfAtLeast = false;
   if (!isUnavailable(sample.tf)) {
     const gpu = Object.entries(sample.tf.devices).filter(([name]) =>
       TF_GPU.test(name)
@@ -341,24 +519,40 @@ export function contextLine(sample: ISample, trans: IWording): IGpuLine | null {
           (isNumber(d.held_unused_min_bytes) ? d.held_unused_min_bytes : 0);
       }
       whose.push(trans.__('TF pool (at least)'));
+      tfAtLeast = true;
     }
   }
   if (ours === null || !whose.length || ours < pools) {
     return null;
   }
+  // Less subtracted than TF's pool may hold: what is left is at most the context.
   return {
     kind: 'context',
     whose: 'context',
     device: '',
-    text: trans.__(
-      'CUDA context and libraries ≈ %1',
-      formatBytes(ours - pools)
-    ),
-    hint: trans.__('NVML this kernel − %1', whose.join(' − '))
+    text: tfAtLeast
+      ? trans.__('CUDA context and libraries ≤ %1', formatBytes(ours - pools))
+      : trans.__('CUDA context and libraries ≈ %1', formatBytes(ours - pools)),
+    hint: tfAtLeast
+      ? trans.__(
+          'NVML this kernel − %1: an upper bound, as TF reports only a lower bound of its pool',
+          whose.join(' − ')
+        )
+      : trans.__('NVML this kernel − %1', whose.join(' − '))
   };
 }
 
-/** The GPU section's lines for a sample: NVML's devices, then each allocator, then the context. */
+/**
+ * The GPU section's lines for a sample: NVML's devices, then each allocator (with its held,
+ * unused line and remedy where a pool keeps 64 MiB or more it does not use), then the context.
+ *
+ * Example: `sample_jax_preallocated` → `{quiet: false, status: 'available', lines: [
+ * {kind: 'device', text: 'GPU 0 NVIDIA H100 80GB HBM3: 60.4 GiB of 79.6 GiB used, this kernel
+ * 59.9 GiB (NVML)'}, {kind: 'allocator', text: 'JAX gpu:0: 512 MiB in use of a 59.4 GiB pool'},
+ * {kind: 'unused', …}, {kind: 'remedy', …}, {kind: 'context', text: 'CUDA context and
+ * libraries ≈ 550 MiB'}]}`; no NVML and no framework → `{quiet: true, status: 'no_device',
+ * lines: []}`.
+ */
 export function gpuView(sample: ISample, trans: IWording): IGpuView {
   const frameworks = [
     ...tfLines(sample, trans),
@@ -406,7 +600,7 @@ export function gpuView(sample: ISample, trans: IWording): IGpuView {
 
 /** What a reader types: the variables, the magic and the call named in a remedy. */
 const CODE =
-  /(XLA_PYTHON_CLIENT_[A-Z_]+=[\w.]+|TF_FORCE_GPU_ALLOW_GROWTH=true|%%fresh_model --isolate|torch\.cuda\.empty_cache\(\))/;
+  /(XLA_(?:PYTHON_)?CLIENT_[A-Z_]+=[\w.]+|TF_FORCE_GPU_ALLOW_GROWTH=true|%%fresh_model --isolate|torch\.cuda\.empty_cache\(\))/;
 
 /**
  * A remedy's text cut into prose and code (set in the code font, and where a 250 px panel

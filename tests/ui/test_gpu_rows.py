@@ -23,7 +23,8 @@ _INSTALL = (
     "import os, sys\n"
     f"sys.path.insert(0, {str(TESTS)!r})\n"
     "import pytest, gpu_stand_ins\n"
-    "for name in ('XLA_PYTHON_CLIENT_PREALLOCATE', 'XLA_PYTHON_CLIENT_MEM_FRACTION'):\n"
+    "for name in ('XLA_PYTHON_CLIENT_PREALLOCATE', 'XLA_PYTHON_CLIENT_MEM_FRACTION', 'XLA_CLIENT_MEM_FRACTION',\n"
+    "             'XLA_PYTHON_CLIENT_ALLOCATOR'):\n"
     "    os.environ.pop(name, None)\n"
 )
 CELLS = [
@@ -36,6 +37,11 @@ CELLS = [
     "gpu_stand_ins.use_recorded(stand_ins, 'jax default preallocation', '512 MiB array')\n"
     "from kerasmagic.probes import nvml\n"
     "stand_ins.setattr(nvml._pynvml(), 'name', '<img src=x onerror=\"window.__injected = 1\">H100')",
+    # JAX without preallocation after its array was deleted: a pool that grew and stays
+    # (constructed from the recorded run, tests/gpu_stand_ins.py says how).
+    "stand_ins.undo()\nstand_ins = pytest.MonkeyPatch()\n"
+    "stand_ins.setenv('XLA_PYTHON_CLIENT_PREALLOCATE', 'false')\n"
+    "gpu_stand_ins.use_recorded(stand_ins, 'jax preallocate=false', '512 MiB array deleted (constructed)')",
 ]
 
 
@@ -115,7 +121,8 @@ def test_gpu_rows_from_the_recorded_h100_readings(lab, page, artifacts):
     assert [(line["line"], line["whose"]) for line in lines] == [
         ("device", "nvml"), ("allocator", "jax"), ("unused", "jax"), ("remedy", "jax"),
         ("context", "context")], lines
-    assert lines[2]["text"] == "JAX gpu:0 held, unused: 58.9 GiB (default: 75 % of each GPU at start)"
+    assert lines[2]["text"] == (
+        "JAX gpu:0 held, unused: 58.9 GiB (preallocated when JAX started: the pool is its whole limit)")
     assert lines[3]["text"] == (
         "XLA_PYTHON_CLIENT_PREALLOCATE=false (or XLA_PYTHON_CLIENT_MEM_FRACTION=.25) takes only what is used, "
         "but only if set before JAX starts: restart the kernel with it set, or run the work with "
@@ -135,3 +142,20 @@ def test_gpu_rows_from_the_recorded_h100_readings(lab, page, artifacts):
     page.wait_for_function(
         f"() => document.querySelector('{SIDEBAR}').dataset.gpuAllocInUseBytes === String(512 * 2 ** 20)")
     _shoot(page, artifacts, "2-jax")
+
+    # 3. JAX without preallocation, its array deleted: the pool's high-water mark, and not the
+    # variable this kernel already has as the remedy.
+    _run_and_wait(page, 3)
+    _wait_for_line(page, "jax", "JAX gpu:0: 0 B in use of a 514 MiB pool")
+    lines = _gpu_lines(page)
+    assert [(line["line"], line["whose"]) for line in lines] == [
+        ("device", "nvml"), ("allocator", "jax"), ("unused", "jax"), ("remedy", "jax"),
+        ("context", "context")], lines
+    assert lines[2]["text"] == (
+        "JAX gpu:0 held, unused: 514 MiB (the pool's high-water mark: it grew on demand and never shrinks)")
+    assert lines[3]["text"] == (
+        "XLA_PYTHON_CLIENT_ALLOCATOR=platform frees memory when arrays are deleted (allocations get slower), but "
+        "only in a new process: restart the kernel with it set, or run the work with %%fresh_model --isolate.")
+    assert lines[3]["code"] == ["XLA_PYTHON_CLIENT_ALLOCATOR=platform", "%%fresh_model --isolate"]
+    assert _gpu_tile(page)["sub"] == "JAX 0 B"
+    _shoot(page, artifacts, "3-jax-grown")
