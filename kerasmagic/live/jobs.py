@@ -55,12 +55,40 @@ def _gpu_total(peaks: dict[str, Any]) -> int | float | None:
     return sum(values) if values else None
 
 
+#: The worker's allocator peaks a job message carries (optional fields, since 1.4): the job's
+#: field, the framework in a worker sample's ``allocators``, its key there, and the report's
+#: field in ``isolated_done``'s payload (``IsolatedResult.to_dict()``).
+_ALLOCATOR_PEAKS = (("torch_peak_bytes", "torch", "peak_allocated_bytes", "child_torch_peak_allocated_bytes"),
+                    ("jax_peak_bytes", "jax", "peak_bytes", "child_jax_peak_bytes"))
+
+
+def _allocator_peaks(allocators: Any) -> dict[str, dict[str, Any]]:
+    """``{job field: {device: peak}}`` from a worker sample's ``allocators`` (a framework
+    without numbers, an unavailable object, gives none)."""
+    peaks: dict[str, dict[str, Any]] = {}
+    for name, framework, key, _ in _ALLOCATOR_PEAKS:
+        view = allocators.get(framework) if isinstance(allocators, dict) else None
+        if isinstance(view, dict) and view.get("status") != "unavailable":
+            peaks[name] = {device: stats.get(key) for device, stats in view.items() if isinstance(stats, dict)}
+    return peaks
+
+
+def _put_allocator_peaks(job: dict[str, Any], totals: dict[str, Any]) -> None:
+    """Set the optional allocator fields that have a number; the others stay absent (never a 0
+    that was not read: a job whose torch never started CUDA has no ``torch_peak_bytes``)."""
+    for name, *_ in _ALLOCATOR_PEAKS:
+        total = totals.get(name)
+        if total is not None:
+            job[name] = total
+
+
 class _Running:
-    __slots__ = ("job", "gpu_peaks", "last_sent")
+    __slots__ = ("job", "gpu_peaks", "allocator_peaks", "last_sent")
 
     def __init__(self, job: dict[str, Any]) -> None:
         self.job = job
         self.gpu_peaks: dict[str, Any] = {}
+        self.allocator_peaks: dict[str, dict[str, Any]] = {}
         self.last_sent: float | None = None
 
 
@@ -145,13 +173,19 @@ class IsolatedJobs:
             job["rss_peak_bytes"] = max(job["rss_peak_bytes"] or 0, rss)
         keep_largest(entry.gpu_peaks, gpu_device_values(payload.get("gpu"), "process_used_bytes"))
         job["gpu_peak_bytes"] = _gpu_total(entry.gpu_peaks)
+        # NVML cannot see the worker in a container (its pid is not the host's): the exact
+        # allocator peaks still are the job's GPU memory, all but the CUDA context.
+        for name, peaks in _allocator_peaks(payload.get("allocators")).items():
+            keep_largest(entry.allocator_peaks.setdefault(name, {}),
+                         {device: peak for device, peak in peaks.items() if _number(peak) is not None})
+        _put_allocator_peaks(job, {name: _gpu_total(peaks) for name, peaks in entry.allocator_peaks.items()})
         if job["node"] is None and payload.get("node"):
             job["node"] = _node(payload.get("node"))
         now = self._clock()
         if entry.last_sent is not None and now - entry.last_sent < self.min_gap_s:
             return None  # the peaks are kept: the next message (or done) carries them
         entry.last_sent = now
-        return {
+        message = {
             "method": "isolated_sample",
             "ts": _number(payload.get("ts")) or time.time(),
             "job_id": job["job_id"],
@@ -159,6 +193,8 @@ class IsolatedJobs:
             "rss_peak_bytes": job["rss_peak_bytes"],
             "gpu_peak_bytes": job["gpu_peak_bytes"],
         }
+        _put_allocator_peaks(message, job)
+        return message
 
     def _done(self, payload: dict[str, Any]) -> dict[str, Any]:
         job_id = payload["job_id"]
@@ -188,6 +224,12 @@ class IsolatedJobs:
             "rss_peak_bytes": rss_peak,
             "gpu_peak_bytes": gpu_peak,
         }
+        # The report's peaks (its last reading included) win; a job that died before its
+        # report keeps what its samples said.
+        _put_allocator_peaks(job, seen)
+        _put_allocator_peaks(job, {name: _gpu_total(field) for name, _, _, reported in _ALLOCATOR_PEAKS
+                                   if isinstance(field := payload.get(reported), dict)
+                                   and field.get("status") != "unavailable"})
         error = payload.get("error")
         if status != "ok" and isinstance(error, str) and error:
             # "ExcType: message": its first line says what happened; the report has the rest.

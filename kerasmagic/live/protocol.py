@@ -249,6 +249,11 @@ def _node(value: Any) -> bool:
     )
 
 
+#: A job's optional fields (since 1.4): torch's ``max_memory_allocated`` and JAX's
+#: ``peak_bytes_in_use`` in the worker, summed over devices.
+_JOB_ALLOCATOR_PEAKS = ("torch_peak_bytes", "jax_peak_bytes")
+
+
 def _job(value: Any) -> bool:
     """One isolated job as the sidebar shows it (docs/protocol.md, ``isolated_*``)."""
     if not isinstance(value, dict):
@@ -256,6 +261,9 @@ def _job(value: Any) -> bool:
     checks = {"job_id": _STR, "label": _STR, "status": _STR, "on": _STR, "node": _node, "started_ts": _NUM,
               "wall_s": _number_or_null, "rss_peak_bytes": _number_or_null, "gpu_peak_bytes": _number_or_null}
     if not all(name in value and check(value[name]) for name, check in checks.items()):
+        return False
+    # Since 1.4, optional: the worker's allocator peaks, present only where they have a number.
+    if not all(_is_number(value[name]) for name in _JOB_ALLOCATOR_PEAKS if name in value):
         return False
     return "error" not in value or isinstance(value["error"], str)
 
@@ -402,7 +410,7 @@ _TO_FRONTEND: dict[str, tuple[dict, dict]] = {
     "isolated_sample": (
         {"ts": _NUM, "job_id": _STR, "rss_bytes": _number_or_null, "rss_peak_bytes": _number_or_null,
          "gpu_peak_bytes": _number_or_null},
-        {},
+        {name: _NUM for name in _JOB_ALLOCATOR_PEAKS},  # since 1.4
     ),
     "isolated_done": ({"ts": _NUM, "job": _job}, {}),
     "isolated_jobs": ({"ts": _NUM, "jobs": _jobs}, {}),

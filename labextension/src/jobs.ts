@@ -4,7 +4,7 @@
  * browser's clock. No DOM here, so jest tests it directly.
  */
 
-import { formatSeconds } from './format';
+import { formatBytes, formatSeconds } from './format';
 import { IIsolatedJob, IsolatedMessage } from './protocol';
 
 /** What the panel shows for a job's `status`; each has a colour and a word. */
@@ -150,6 +150,13 @@ export class JobTable {
           rss_peak_bytes: message.rss_peak_bytes,
           gpu_peak_bytes: message.gpu_peak_bytes
         };
+        // Optional (1.4): a sample without them keeps what an earlier one said.
+        if (message.torch_peak_bytes !== undefined) {
+          entry.job.torch_peak_bytes = message.torch_peak_bytes;
+        }
+        if (message.jax_peak_bytes !== undefined) {
+          entry.job.jax_peak_bytes = message.jax_peak_bytes;
+        }
         entry.rssBytes = message.rss_bytes;
         break;
       }
@@ -271,4 +278,85 @@ export function formatElapsed(seconds: number, running: boolean): string {
   }
   const whole = Math.floor(Math.max(0, seconds));
   return whole < 60 ? `${whole} s` : formatSeconds(whole);
+}
+
+/** The part of a `TranslationBundle` the wording needs (jest passes a plain one). */
+interface IWording {
+  __(msgid: string, ...args: any[]): string;
+}
+
+/** A job row's GPU figure: its text, and whose number it is (the title). */
+export interface IJobGpu {
+  text: string;
+  title: string;
+}
+
+/**
+ * The GPU figure of a job row. NVML's peak counts the whole job process (CUDA context and
+ * libraries too) but is null where NVML cannot see the worker (in a container its pid is not
+ * the host's); the allocators' peaks (protocol 1.4) are exact but leave the context out. So:
+ * NVML's number with the allocators' beside it, or the allocators' alone, named, where NVML
+ * has none; a dash where nothing was read.
+ */
+export function jobGpu(job: IIsolatedJob, trans: IWording): IJobGpu {
+  const allocators: Array<[string, number, string]> = [];
+  if (typeof job.torch_peak_bytes === 'number') {
+    allocators.push([
+      'torch',
+      job.torch_peak_bytes,
+      trans.__(
+        "torch: the worker's allocator peak (max_memory_allocated), exact"
+      )
+    ]);
+  }
+  if (typeof job.jax_peak_bytes === 'number') {
+    allocators.push([
+      'JAX',
+      job.jax_peak_bytes,
+      trans.__("JAX: the worker's allocator peak (peak_bytes_in_use), exact")
+    ]);
+  }
+  const nvml = trans.__(
+    "the job process's GPU memory per NVML, each device's peak, summed"
+  );
+  const whose = allocators.map(([, , title]) => title);
+  if (typeof job.gpu_peak_bytes === 'number') {
+    if (!allocators.length) {
+      return {
+        text: trans.__('GPU peak %1', formatBytes(job.gpu_peak_bytes)),
+        title: nvml
+      };
+    }
+    return {
+      text: trans.__(
+        'GPU peak %1 (%2)',
+        formatBytes(job.gpu_peak_bytes),
+        allocators
+          .map(([name, bytes]) => `${name} ${formatBytes(bytes)}`)
+          .join(', ')
+      ),
+      title: [
+        trans.__('%1, the CUDA context and libraries included', nvml),
+        ...whose
+      ].join('\n')
+    };
+  }
+  if (allocators.length) {
+    return {
+      text: trans.__(
+        'GPU peak %1',
+        allocators
+          .map(([name, bytes]) => `${formatBytes(bytes)} (${name})`)
+          .join(', ')
+      ),
+      title: [
+        trans.__(
+          'NVML has no number for the job process (in a container it cannot see the worker)'
+        ),
+        ...whose,
+        trans.__('the CUDA context and libraries are not in it')
+      ].join('\n')
+    };
+  }
+  return { text: trans.__('GPU peak %1', '–'), title: nvml };
 }

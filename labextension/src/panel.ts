@@ -34,6 +34,7 @@ import {
   countJobs,
   formatElapsed,
   IJobRow,
+  jobGpu,
   JobState,
   STATE_MARK,
   whereText
@@ -926,14 +927,10 @@ export class KerasMagicPanel extends Widget {
         trans.__('RSS peak %1', bytesOrDash(job.rss_peak_bytes))
       )
     );
-    const gpu = el(
-      'span',
-      'jp-KerasMagic-jobGpu',
-      trans.__('GPU peak %1', bytesOrDash(job.gpu_peak_bytes))
-    );
-    gpu.title = trans.__(
-      "the job process's GPU memory per NVML, each device's peak, summed"
-    );
+    // Text only: el() sets textContent, the title is an attribute.
+    const figure = jobGpu(job, trans);
+    const gpu = el('span', 'jp-KerasMagic-jobGpu', figure.text);
+    gpu.title = figure.title;
     meta.appendChild(gpu);
     item.appendChild(meta);
     if (job.error) {

@@ -177,6 +177,10 @@ export interface IIsolatedJob {
   wall_s: number | null;
   rss_peak_bytes: number | null;
   gpu_peak_bytes: number | null;
+  /** Since 1.4, only with a number: torch's `max_memory_allocated` in the worker, summed. */
+  torch_peak_bytes?: number;
+  /** Since 1.4, only with a number: JAX's `peak_bytes_in_use` in the worker, summed. */
+  jax_peak_bytes?: number;
   error?: string;
 }
 
@@ -195,6 +199,8 @@ export interface IIsolatedSample {
   rss_bytes: number | null;
   rss_peak_bytes: number | null;
   gpu_peak_bytes: number | null;
+  torch_peak_bytes?: number;
+  jax_peak_bytes?: number;
 }
 
 /** Since 1.1: a job ended. */
@@ -408,10 +414,16 @@ const JOB_FIELDS: { [field: string]: Check } = {
   gpu_peak_bytes: numberOrNull
 };
 
+const JOB_ALLOCATOR_PEAKS = ['torch_peak_bytes', 'jax_peak_bytes'];
+
 const job: Check = v =>
   isObject(v) &&
   Object.entries(JOB_FIELDS).every(
     ([name, check]) => name in v && check(v[name])
+  ) &&
+  // Since 1.4, optional: the worker's allocator peaks, present only with a number.
+  JOB_ALLOCATOR_PEAKS.every(
+    name => v[name] === undefined || isNumber(v[name])
   ) &&
   (v.error === undefined || typeof v.error === 'string');
 
@@ -587,7 +599,8 @@ const TO_FRONTEND: { [method: string]: IFieldSpec } = {
       rss_peak_bytes: numberOrNull,
       gpu_peak_bytes: numberOrNull
     },
-    optional: {}
+    // Since 1.4.
+    optional: { torch_peak_bytes: isNumber, jax_peak_bytes: isNumber }
   },
   isolated_done: { required: { ts: isNumber, job }, optional: {} },
   isolated_jobs: { required: { ts: isNumber, jobs }, optional: {} },

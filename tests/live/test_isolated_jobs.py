@@ -96,6 +96,43 @@ def test_gpu_peaks_are_kept_per_device_and_summed():
     assert table.on_event("isolated_done", done("c", child_gpu_process_peak_bytes={}))["job"]["gpu_peak_bytes"] == 350
 
 
+#: The H100's isolated Keras-on-torch fit (benchmarks/results/h100-2026-11-22/gpu_report.json):
+#: torch's peak and NVML's figure for the worker.
+TORCH_PEAK, NVML_PEAK = 72541184, 851443712
+
+
+def test_the_workers_allocator_peaks_travel_where_nvml_cannot_see_it():
+    clock = Clock()
+    table = IsolatedJobs(clock=clock)
+    table.on_event("isolated_started", started())
+    # In a container NVML has no number for the worker; torch's own counters do.
+    not_seen = [{"status": "unavailable", "reason": "not_found", "detail": "no process of this pid"}]
+    before_cuda = dict(sample(gpu=not_seen), allocators={
+        "torch": {"status": "unavailable", "reason": "not_started", "detail": ""},
+        "jax": {"status": "unavailable", "reason": "not_imported", "detail": ""}})
+    message = table.on_event("isolated_sample", before_cuda)
+    assert "torch_peak_bytes" not in message and "jax_peak_bytes" not in message  # never a 0 not read
+    clock.now += 1
+    message = table.on_event("isolated_sample", dict(sample(gpu=not_seen), allocators={
+        "torch": {"cuda:0": {"peak_allocated_bytes": TORCH_PEAK, "peak_reserved_bytes": 73400320}},
+        "jax": {"status": "unavailable", "reason": "not_imported", "detail": ""}}))
+    assert message["gpu_peak_bytes"] is None and message["torch_peak_bytes"] == TORCH_PEAK
+    assert "jax_peak_bytes" not in message
+    assert validate(message, "to_frontend") is message
+    # The report's figures win; a report without them (the worker died) keeps the samples'.
+    finished = table.on_event("isolated_done", done(
+        child_torch_peak_allocated_bytes={"cuda:0": TORCH_PEAK + 1},
+        child_jax_peak_bytes={"status": "unavailable", "reason": "not_imported", "detail": ""}))
+    assert finished["job"]["torch_peak_bytes"] == TORCH_PEAK + 1 and "jax_peak_bytes" not in finished["job"]
+    assert validate(finished, "to_frontend") is finished
+    table.on_event("isolated_started", started("dead"))
+    clock.now += 1
+    table.on_event("isolated_sample", dict(sample("dead"), allocators={"jax": {"gpu:0": {"peak_bytes": 5}}}))
+    died = table.on_event("isolated_done", done("dead", status="crash"))["job"]
+    assert died["jax_peak_bytes"] == 5 and "torch_peak_bytes" not in died
+    assert table.snapshot()["jobs"][0]["jax_peak_bytes"] == 5
+
+
 def test_done_keeps_the_last_n_finished_newest_first_and_running_first():
     table = IsolatedJobs(keep=3, clock=Clock())
     for index in range(5):

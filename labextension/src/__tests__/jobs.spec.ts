@@ -7,6 +7,7 @@ import { readFixture } from './fixtures';
 import {
   countJobs,
   formatElapsed,
+  jobGpu,
   jobState,
   JobTable,
   STATE_MARK,
@@ -259,5 +260,80 @@ describe('job words', () => {
     expect(formatElapsed(3.21, false)).toBe('3.2 s');
     expect(formatElapsed(0.85, false)).toBe('850 ms');
     expect(formatElapsed(-1, true)).toBe('0 s');
+  });
+});
+
+/** A translation bundle that fills %1, %2 as JupyterLab's does. */
+const trans = {
+  __: (msgid: string, ...args: any[]) =>
+    args.reduce<string>(
+      (text, arg, i) => text.replace(`%${i + 1}`, String(arg)),
+      msgid
+    )
+};
+
+describe("a job row's GPU figure", () => {
+  // The H100's isolated Keras-on-torch fit (gpu_report.json): torch 69.2 MiB, NVML 812 MiB.
+  const torch = 72541184;
+  const nvml = 851443712;
+
+  it('falls back to the allocator peak, named, where NVML has no number', () => {
+    const done = fixture('isolated_done_torch_no_nvml') as any;
+    const figure = jobGpu(done.job, trans);
+    expect(figure.text).toBe('GPU peak 69.2 MiB (torch)');
+    expect(figure.title).toContain('NVML has no number for the job process');
+    expect(figure.title).toContain('max_memory_allocated');
+    expect(figure.title).toContain(
+      'the CUDA context and libraries are not in it'
+    );
+  });
+
+  it("shows NVML's peak with the allocators' beside it, and a dash for nothing", () => {
+    const both = jobGpu(
+      job({
+        gpu_peak_bytes: nvml,
+        torch_peak_bytes: torch,
+        jax_peak_bytes: 2 ** 20
+      }),
+      trans
+    );
+    expect(both.text).toBe('GPU peak 812 MiB (torch 69.2 MiB, JAX 1.00 MiB)');
+    expect(both.title).toContain('the CUDA context and libraries included');
+    expect(both.title).toContain('peak_bytes_in_use');
+    expect(jobGpu(job({ gpu_peak_bytes: nvml }), trans).text).toBe(
+      'GPU peak 812 MiB'
+    );
+    expect(jobGpu(job({}), trans).text).toBe('GPU peak –');
+  });
+
+  it('follows the samples of a running job, keeping a peak a later sample lacks', () => {
+    const table = new JobTable();
+    table.apply(started({ job_id: 'c47d2e91a0b3' }, 1763800200), 0);
+    table.apply(fixture('isolated_sample_allocators'), 1000);
+    table.apply(
+      {
+        method: 'isolated_sample',
+        ts: 1763800202,
+        job_id: 'c47d2e91a0b3',
+        rss_bytes: 1,
+        rss_peak_bytes: 1,
+        gpu_peak_bytes: null
+      },
+      2000
+    );
+    const [row] = table.rows(2000);
+    expect(row.job.torch_peak_bytes).toBe(torch);
+    expect(jobGpu(row.job, trans).text).toBe(
+      'GPU peak 69.2 MiB (torch), 177 MiB (JAX)'
+    );
+  });
+
+  it('are refused when not a number', () => {
+    for (const name of [
+      'invalid_isolated_done_torch_peak_string',
+      'invalid_isolated_sample_jax_peak_null'
+    ]) {
+      expect(validate(readFixture(name).data, 'to_frontend').ok).toBe(false);
+    }
   });
 });
