@@ -22,13 +22,18 @@ def node_args(**extra):
     return {"num_cpus": 1, "object_store_memory": _OBJECT_STORE_BYTES, "include_dashboard": False, **extra}
 
 
-def _ray_processes(session_dir: str) -> list:
+def _ray_processes(session_dir: str, agent_pids: list[int]) -> list:
+    """The cluster's processes still alive: Ray's own (named by the session) and the isolation
+    templates its agents started. Templates of this process's local pool, or of another
+    test run on the machine, are not the cluster's."""
     import psutil
 
+    parents = {f"--parent-pid {pid} " for pid in agent_pids}
     found = []
     for process in psutil.process_iter(["cmdline", "pid"]):
-        line = " ".join(process.info["cmdline"] or [])
-        if session_dir in line or "kerasmagic.isolation.template" in line and process.pid != os.getpid():
+        line = " ".join(process.info["cmdline"] or []) + " "
+        template_of_an_agent = "kerasmagic.isolation.template" in line and any(p in line for p in parents)
+        if session_dir in line or template_of_an_agent:
             found.append((process.pid, line[:160]))
     return found
 
@@ -71,9 +76,9 @@ def cluster():
     import time
 
     deadline = time.monotonic() + 20
-    while _ray_processes(session_dir) and time.monotonic() < deadline:
+    while _ray_processes(session_dir, agent_pids) and time.monotonic() < deadline:
         time.sleep(0.2)
-    left = _ray_processes(session_dir)
+    left = _ray_processes(session_dir, agent_pids)
     assert not left, f"processes of the test cluster outlived it: {left}"
     # Other processes of this machine may own kerasmagic files too: look for the agents' own.
     left_files = [name for folder in ("/dev/shm", tempfile.gettempdir()) if os.path.isdir(folder)
