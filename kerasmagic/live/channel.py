@@ -184,15 +184,9 @@ class LiveChannel:
             comm.send(data=data, metadata=metadata)
 
     def _targets(self, visible_only: bool, feature: str | None = None) -> list[Any]:
-        """The comms a pushed message goes to; call with ``self._lock`` held.
-
-        A comm is left out until its ``hello`` and ``history`` have gone (``ready``): a sample
-        or a cell run that reached it first would be dropped by a page still waiting for the
-        replay, and the sampler ticks on its own thread while a comm opens on another.
-        """
+        """The comms a pushed message goes to; call with ``self._lock`` held."""
         return [e["comm"] for e in self._listeners.values()
-                if e.get("ready", True) and (feature is None or e.get(feature))
-                and (e["visible"] or not visible_only)]
+                if (feature is None or e.get(feature)) and (e["visible"] or not visible_only)]
 
     def broadcast(self, data: dict[str, Any], visible_only: bool = True) -> None:
         with self._lock:
@@ -282,7 +276,6 @@ class LiveChannel:
                 "jobs": speaks_at_least(peer_version, _JOBS_MINOR),
                 "cells": speaks_at_least(peer_version, _CELLS_MINOR),
                 "timeline": speaks_at_least(peer_version, _TIMELINE_MINOR),
-                "ready": False,
             }
         comm.on_msg(self.on_msg)
         comm.on_close(self.on_close)
@@ -301,26 +294,10 @@ class LiveChannel:
             },
             metadata={"protocol_version": PROTOCOL_VERSION},
         )
-        self._make_ready(comm)
+        if self._listeners.get(comm.comm_id, {}).get("timeline"):
+            self._send(comm, to_jsonable(self.history.message()))
         self._push_now(comm)
         self._update_sampler()
-
-    def _make_ready(self, comm) -> None:
-        """Send a newly opened comm its ``history`` (1.3+), then let pushes reach it.
-
-        The send lock is held from the snapshot to its send, so a push that found the comm ready
-        goes out after the replay; a tick taken before the snapshot is in it, and one that
-        finds the comm ready is sent too (the page merges a point it already has by ``ts``).
-        """
-        with self._send_lock:
-            with self._lock:
-                entry = self._listeners.get(comm.comm_id)
-                if entry is None:  # closed while we sent hello
-                    return
-                entry["ready"] = True
-                history = to_jsonable(self.history.message()) if entry.get("timeline") else None
-            if history is not None:
-                comm.send(data=history, metadata=None)
 
     def on_msg(self, msg: dict[str, Any]) -> None:
         content: dict[str, Any] = msg.get("content") or {}
