@@ -25,6 +25,20 @@ MiB = 2**20
 GiB = 2**30
 
 
+#: The sessions' first cell after their imports: data and a model of any width, the same on
+#: every backend so that their figures compare.
+MODEL_CELL = """
+MiB = 2**20
+x = np.random.default_rng(0).random((2048, 256), dtype=np.float32)
+y = (x.sum(axis=1) > 128).astype("int32")
+def make_model(width):
+    model = keras.Sequential([keras.Input((256,)), keras.layers.Dense(width, activation="relu"),
+                              keras.layers.Dense(width, activation="relu"), keras.layers.Dense(2)])
+    model.compile(optimizer="adam", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    return model
+"""
+
+
 def start_shell() -> Any:
     from IPython.testing.globalipapp import start_ipython
 

@@ -14,6 +14,7 @@ import tempfile
 os.environ["KERAS_BACKEND"] = "torch"  # before Keras is imported, as in a notebook's first cell
 
 from session_common import (
+    MODEL_CELL,
     SEEN,
     cell,
     finish,
@@ -26,18 +27,7 @@ from session_common import (
 
 shell = start_shell()
 ns = shell.user_ns
-cell(shell, """
-import gc, os
-import numpy as np, torch, keras
-MiB = 2**20
-x = np.random.default_rng(0).random((2048, 256), dtype=np.float32)
-y = (x.sum(axis=1) > 128).astype("int32")
-def make_model(width):
-    model = keras.Sequential([keras.Input((256,)), keras.layers.Dense(width, activation="relu"),
-                              keras.layers.Dense(width, activation="relu"), keras.layers.Dense(2)])
-    model.compile(optimizer="adam", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    return model
-""")
+cell(shell, "import gc, os\nimport numpy as np, torch, keras\n" + MODEL_CELL)
 torch = ns["torch"]
 SEEN["backend"] = cell(shell, "keras.backend.backend()")
 SEEN["versions"] = {"torch": torch.__version__, "keras": ns["keras"].__version__,
