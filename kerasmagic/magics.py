@@ -21,12 +21,13 @@ from contextlib import contextmanager
 from typing import Any, TypeVar
 
 from IPython.core.error import UsageError
-from IPython.core.magic import Magics, cell_magic, line_cell_magic, line_magic, magics_class, output_can_be_silenced
+from IPython.core.magic import Magics, cell_magic, line_cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 from IPython.display import display
 from IPython.utils.process import arg_split
 
 from .cell_numbers import running_cell_number
+from .compat import output_can_be_silenced
 from .errors import KerasMagicUsageError, check_seed, check_timeout
 from .ipython_names import new_variable_name_problem
 
@@ -188,6 +189,24 @@ def _clean_options(before_cell: bool) -> Callable[[_F], _F]:
 
 # What autocorrect makes of "--" (macOS smart dashes, Word, phones): options that look right and are not.
 _DASH_LOOKALIKES = "\u2010\u2011\u2012\u2013\u2014\u2015\u2212\ufe58\ufe63\uff0d"
+
+
+def _live_mode(text: str) -> str:
+    """``--live MODE``: one of the live view's kinds, or ``off``.
+
+    Example:
+        >>> _live_mode("display")
+        'display'
+        >>> _live_mode("sidebar")
+        Traceback (most recent call last):
+        ...
+        IPython.core.error.UsageError: --live takes auto, widgets, display or off, not 'sidebar'
+    """
+    from .live.widget import LIVE_MODES
+
+    if text not in LIVE_MODES:
+        raise UsageError(f"--live takes {', '.join(LIVE_MODES[:-1])} or {LIVE_MODES[-1]}, not {text!r}")
+    return text
 
 
 def _without_silencing_semicolon(line: str) -> str:
@@ -356,8 +375,10 @@ class KerasMagics(Magics):
     @argument("--who", action="store_true",
               help="Also list what keeps Keras models and large arrays/tensors alive: your variables, "
                    "the output cache (Out, _N, _, __, ___), History.model, the last exception's frames.")
-    @argument("--live", action="store_true",
-              help="Show a live view that updates every second (for frontends without the sidebar).")
+    @argument("--live", nargs="?", const="auto", default=None, metavar="MODE", type=_live_mode,
+              help="Show a live view that updates every second (for frontends without the sidebar): "
+                   "widgets (ipywidgets), display (one output updated in place, no widgets needed), "
+                   "auto (widgets where they render; the default), off (stop the running view).")
     @argument("--cells", action="store_true",
               help="Show which cells grow memory each time they run (the leak watch): a cell whose RSS or "
                    "TensorFlow in use grew on each of its last 3+ runs is flagged, with the fix.")
@@ -382,6 +403,8 @@ class KerasMagics(Magics):
             snap = %tf_mem -o        # the MemorySnapshot object (snap.to_dict())
             %tf_mem --as snap        # shown, and kept in snap
             %tf_mem --live           # a live view without the JupyterLab sidebar
+            %tf_mem --live display   # ... as one output updated in place (no ipywidgets needed)
+            %tf_mem --live off       # stop it
             %tf_mem --cells          # which cells grow memory each time they run
 
             %%tf_mem --as m          # m: the CellMeasurement
@@ -405,9 +428,12 @@ class KerasMagics(Magics):
         if args.live:
             if args.output or args.store_as or args.who:
                 raise UsageError("--live shows a live view; use it without -o, --as and --who")
-            from .live.widget import show_live
+            from .live.widget import show_live, stop_current
 
-            return show_live(self.shell)
+            if args.live == "off":
+                stop_current()
+                return None
+            return show_live(self.shell, mode=args.live)
         from .snapshot import tf_mem
 
         return self._deliver(args, tf_mem(self.shell, who=args.who))

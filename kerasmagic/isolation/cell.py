@@ -12,9 +12,8 @@ import builtins
 import tokenize
 from typing import Any
 
-from IPython.core.displayhook import DisplayHook
-
 from ..cell_numbers import running_cell_number
+from ..compat import semicolon_at_end_of_expression
 from ..ipython_names import is_ipython_name, new_variable_name_problem
 from .api import check_code, check_gpu, check_options, check_target, prepare_job
 from .cell_names import CellNames, analyse, uses_get_ipython
@@ -117,7 +116,7 @@ def _shows_last_value(cell: str) -> bool:
     """IPython's rule, the one ``@output_can_be_silenced`` applies to the in-process magic: a
     last ``;`` hides the value, a comment after it included (``x;  # note``)."""
     try:
-        return not DisplayHook.semicolon_at_end_of_expression(cell)
+        return not semicolon_at_end_of_expression(cell)
     except (tokenize.TokenError, SyntaxError):  # e.g. `!echo (`: not Python, refused later anyway
         return True
 

@@ -34,6 +34,7 @@ import time
 import traceback
 from typing import Any
 
+from ..compat import display_functions_module
 from ..probes import jax_devices as jax_probe
 from ..probes import torch_cuda as torch_probe
 from ..probes.process import rss_bytes
@@ -391,8 +392,9 @@ def preload(modules: list[str]) -> float:
     """Import the frameworks; their chatter goes to the log that fd 1 and 2 point at."""
     started = time.perf_counter()
     # Loaded (and timed) with the frameworks, their chatter in the log: display() is patched per job.
-    import IPython.core.display_functions  # noqa: PLC0415
     import IPython.core.formatters  # noqa: F401, PLC0415
+
+    __import__(display_functions_module())
 
     for name in modules:
         __import__(name)

@@ -19,6 +19,7 @@ from typing import Any
 from .. import events, leak_watch
 from .._version import __version__
 from ..cell_numbers import running_cell_number
+from ..compat import kernel_comm_manager
 from ..probes import Unavailable, nvml, to_jsonable
 from ..probes import tensorflow as tf_probe
 from . import jobs as isolated_jobs
@@ -52,11 +53,10 @@ _TIMELINE_MINOR = 3
 _channel: LiveChannel | None = None
 
 
-def _comm_manager():
-    # Looked up at call time: ipykernel swaps comm.get_comm_manager in when it starts.
-    import comm
-
-    return comm.get_comm_manager()
+def _comm_manager(shell):
+    # Looked up at call time: ipykernel swaps comm.get_comm_manager in when it starts, and
+    # ipykernel < 6.18 has its own manager (compat).
+    return kernel_comm_manager(shell.kernel)
 
 
 def _in_kernel(shell) -> bool:
@@ -192,12 +192,16 @@ class LiveChannel:
         with self._lock:
             targets = self._targets(visible_only)
             local = list(self._local.items())
+        self._feed_local_views(local, data)
+        self._send_to_each(targets, data)
+
+    def _feed_local_views(self, local: list[tuple[int, Callable[[dict[str, Any]], None]]],
+                          message: dict[str, Any]) -> None:
         for key, callback in local:
             try:
-                callback(data)
+                callback(message)
             except Exception:  # noqa: BLE001 - a broken view must not starve the sidebar
                 self._log_failure(("view", key), "an in-kernel live view %r failed", callback)
-        self._send_to_each(targets, data)
 
     def _send_to_each(self, targets: list[Any], message: dict[str, Any]) -> None:
         """Send to every frontend comm; one that fails is logged, the others still get it."""
@@ -497,9 +501,12 @@ class LiveChannel:
         return to_jsonable({"method": "cell_growth", **data})
 
     def _broadcast_to(self, feature: str, message: dict[str, Any], visible_only: bool) -> None:
-        """A message of a later minor version, to the frontends whose entry says they speak it."""
+        """A message of a later minor version, to the frontends whose entry says they speak it,
+        and to the in-kernel views (``%tf_mem --live``), which speak every version of this kernel."""
         with self._lock:
             targets = self._targets(visible_only, feature)
+            local = list(self._local.items())
+        self._feed_local_views(local, message)
         self._send_to_each(targets, message)
 
     def _clear(self, comm, request_id: str) -> None:
@@ -644,7 +651,7 @@ def register(shell) -> None:
     if _channel is not None or not _in_kernel(shell):
         return
     channel = LiveChannel(shell)
-    _comm_manager().register_target(TARGET_NAME, channel.on_open)
+    _comm_manager(shell).register_target(TARGET_NAME, channel.on_open)
     shell.events.register("pre_run_cell", channel.pre_run_cell)
     shell.events.register("post_run_cell", channel.post_run_cell)
     _channel = channel
@@ -663,7 +670,7 @@ def unregister(shell) -> None:
         return
     _channel = None
     try:
-        _comm_manager().unregister_target(TARGET_NAME, channel.on_open)
+        _comm_manager(shell).unregister_target(TARGET_NAME, channel.on_open)
     except Exception:  # the manager may already be gone at kernel shutdown
         logger.warning("kerasmagic.live: unregistering the comm target failed", exc_info=True)
     for event, hook in (("pre_run_cell", channel.pre_run_cell), ("post_run_cell", channel.post_run_cell)):

@@ -103,8 +103,23 @@ def name_counters() -> dict[str, int]:
         if per_graph is not None and tf_ops is not None:
             graph = tf_ops.get_default_graph()
             for key, value in per_graph.get(graph, {}).items():
-                counters[str(key)] = max(counters.get(str(key), 0), int(value))
+                name = _legacy_counter_name(key)
+                counters[name] = max(counters.get(name, 0), int(value))
     return counters
+
+
+def _legacy_counter_name(key: Any) -> str:
+    """tf-keras keys its counters ``(namespace, name)``: ``('', 'dense')`` is the ``dense`` users
+    see in ``dense_2``; a model's own namespace (layers named inside it) reads ``model/dense``.
+
+    Example:
+        >>> _legacy_counter_name(("", "dense")), _legacy_counter_name(("encoder", "dense")), _legacy_counter_name("x")
+        ('dense', 'encoder/dense', 'x')
+    """
+    if isinstance(key, tuple) and len(key) == 2:
+        namespace, name = key
+        return f"{namespace}/{name}" if namespace else str(name)
+    return str(key)
 
 
 def model_classes() -> tuple[type, ...]:

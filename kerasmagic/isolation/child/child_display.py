@@ -26,6 +26,8 @@ def install(send: Callable[[dict[str, Any]], None]) -> None:
     _send = send
     # Notebooks get `display` without an import (IPython adds the builtin); so do isolated cells.
     builtins.display = display  # type: ignore[attr-defined]
+    # IPython.core.display_functions is where display() lives since IPython 8 (compat); the
+    # others re-export it, and any of them may have been imported by the cell.
     for module_name in ("IPython.core.display_functions", "IPython.display", "IPython.core.display", "IPython"):
         module: Any = sys.modules.get(module_name)
         if module is not None and hasattr(module, "display"):
