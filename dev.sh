@@ -42,6 +42,41 @@ setup_python() {
   "$VENV/bin/python" -m pip install -q --no-deps "tf-keras==${tf_minor}.*"
 }
 
+# The wheel users install: what the pinned stacks get (the extension inside, prebuilt by the
+# editable install's build). Prints its path.
+build_wheel() {
+  rm -rf dist
+  "$VENV/bin/python" -m pip wheel -q --no-deps -w dist . >&2
+  ls dist/kerasmagic-*.whl
+}
+
+# Python 3.12, Colab's (TF 2.19 has no 3.13 build); the default python3 where none is found.
+colab_python() {
+  local candidate
+  for candidate in python3.12 "$(command -v pyenv >/dev/null 2>&1 && pyenv root)"/versions/3.12*/bin/python3.12; do
+    if "$candidate" -c 'import venv' >/dev/null 2>&1; then echo "$candidate"; return; fi
+  done
+  echo "$PYTHON"
+}
+
+# Colab's stack (tests/stacks/colab-pins.txt) in .venv-colab, then the built wheel with a plain
+# `pip install`, as a Colab user runs it: it must install only what is missing and move no pin.
+setup_colab_stack() {
+  local wheel=$1 venv=.venv-colab
+  if [ ! -x "$venv/bin/python" ]; then
+    log "creating $venv with Colab's pins ($(colab_python); TensorFlow 2.19: first run takes a few minutes)"
+    "$(colab_python)" -m venv "$venv"
+  fi
+  "$venv/bin/python" -m pip install -q -r tests/stacks/colab-pins.txt
+  "$venv/bin/python" -m pip uninstall -q -y kerasmagic tf-keras >/dev/null 2>&1 || true
+  log "installing the wheel beside Colab's pins with a plain pip install"
+  "$venv/bin/python" -m pip install -q "$wheel"
+  "$venv/bin/python" tests/stacks/check_pins.py tests/stacks/colab-pins.txt
+  "$venv/bin/python" -m pip check
+  # Colab has tf_keras too; like .venv's, without the full `tensorflow` it depends on.
+  "$venv/bin/python" -m pip install -q --no-deps "tf-keras==2.19.*"
+}
+
 setup_browser() {
   if [ -x /usr/bin/chromium ]; then return; fi
   if [ "$(id -u)" = 0 ]; then

@@ -60,10 +60,26 @@ def __dir__() -> list[str]:
 
 
 def load_ipython_extension(ipython) -> None:
-    """``%load_ext kerasmagic``: register the magics (and the live channel in a kernel)."""
-    # The magics and the channel load with %load_ext, not with `import kerasmagic`.
-    from .extension import load  # noqa: PLC0415
+    """``%load_ext kerasmagic``: register the magics (and the live channel in a kernel).
 
+    On a stack older than kerasmagic supports it prints one line saying what to install and
+    loads nothing: no traceback from our internals, and the kernel goes on as it was.
+    """
+    import sys  # noqa: PLC0415 - only %load_ext needs it
+
+    from .compat import unsupported_stack  # noqa: PLC0415
+
+    problem = unsupported_stack()
+    if problem is None:
+        # The magics and the channel load with %load_ext, not with `import kerasmagic`.
+        try:
+            from .extension import load  # noqa: PLC0415
+        except ImportError as exc:  # an API an untested stack lacks: say so in one line
+            problem = (f"kerasmagic could not load here ({exc}); it is tested on IPython >= 7.34 "
+                       "and ipykernel >= 6.17: pip install -U kerasmagic, or report your versions")
+    if problem is not None:
+        print(problem, file=sys.stderr)
+        return
     load(ipython)
 
 

@@ -14,6 +14,7 @@ the newer API is always there: when every supported stack has it, the shim goes.
 | :func:`kernel_comm_manager`            | ipykernel < 6.18          | ipykernel 6.18                    |
 | :func:`widget_mimebundle`              | ipywidgets < 8.0          | ipywidgets 8.0                    |
 | :func:`widgets_render_here`            | Colab: ipywidgets 8 only  | (Colab's frontend: colabtools#3020) |
+| :func:`unsupported_stack`              | IPython < 7.34, ipykernel < 5.5.6: never run, refused in one line | |
 
 Importing this module imports nothing beyond the standard library: each function looks at
 what is loaded (or imports IPython lazily, which any caller of it already has).
@@ -29,6 +30,8 @@ from typing import Any, TypeVar
 
 __all__ = [
     "COUNTS_UP_AT_START_SINCE",
+    "OLDEST_SUPPORTED",
+    "unsupported_stack",
     "counts_up_at_start",
     "display_functions_module",
     "kernel_comm_manager",
@@ -91,6 +94,7 @@ def output_can_be_silenced(magic: _F) -> _F:
         return ipython_decorator(magic)
 
     def silenced_when_asked(self: Any, line: str = "", cell: str | None = None, *args: Any, **kwargs: Any) -> Any:
+        __tracebackhide__ = True  # the user's traceback shows their cell, not this shim
         value = magic(self, line, cell, *args, **kwargs) if cell is not None else magic(self, line, *args, **kwargs)
         try:
             hidden = semicolon_at_end_of_expression(line if cell is None else cell)
@@ -223,3 +227,46 @@ def widgets_render_here(ipywidgets_version: str | None = None) -> tuple[bool, st
         return False, (f"Colab renders ipywidgets {ipywidgets_version} only after "
                        "google.colab.output.enable_custom_widget_manager()")
     return True, f"ipywidgets {ipywidgets_version} in Colab"
+
+
+#: The oldest of each package kerasmagic loads on: Colab's pins (tests/stacks/colab-pins.txt) for
+#: IPython; ipykernel 5.5.6 ran Colab until 2025-02 and needs no shim beyond 6.17's.
+OLDEST_SUPPORTED = {"IPython": (7, 34), "ipykernel": (5, 5, 6)}
+
+
+def _numbers(version: str) -> tuple[int, ...]:
+    parts = []
+    for part in version.split("."):
+        digits = "".join(ch for ch in part if ch.isdigit()) if part[:1].isdigit() else ""
+        if not digits:
+            break
+        parts.append(int(digits))
+    return tuple(parts)
+
+
+def unsupported_stack(versions: dict[str, str] | None = None) -> str | None:
+    """One line saying what to upgrade when IPython or ipykernel is older than kerasmagic supports
+    (None when all is well): ``%load_ext`` prints it instead of failing inside our code.
+
+    The shims above cover what changed since these versions; older ones were never run, so the
+    line names the version to install rather than let an unknown API fail half-way.
+
+    Example:
+        >>> print(unsupported_stack({"IPython": "7.33.0", "ipykernel": "6.17.1"}))
+        kerasmagic needs IPython >= 7.34 (this kernel has 7.33.0): pip install -U 'IPython>=7.34' and restart
+        >>> unsupported_stack({"IPython": "7.34.0", "ipykernel": "6.17.1"}) is None
+        True
+    """
+    if versions is None:
+        versions = {}
+        for name in OLDEST_SUPPORTED:
+            module = sys.modules.get(name)
+            if module is not None:
+                versions[name] = str(getattr(module, "__version__", ""))
+    for name, oldest in OLDEST_SUPPORTED.items():
+        have = versions.get(name)
+        if have and _numbers(have) and _numbers(have) < oldest:
+            wanted = ".".join(map(str, oldest))
+            return (f"kerasmagic needs {name} >= {wanted} (this kernel has {have}): "
+                    f"pip install -U '{name}>={wanted}' and restart")
+    return None

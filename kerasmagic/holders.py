@@ -273,7 +273,9 @@ def exception_holders(shell=None) -> Iterator[tuple[str, Any]]:
                     via.append(where)
                 tb = tb.tb_next
     for frame, via in frames.values():
-        if frame.f_code.co_name == "<module>":  # module frames are the user namespace itself
+        # A module-level frame's locals are the user namespace itself, not something the exception
+        # keeps: its globals. Its code is "<module>", but "<cell line: 0>" on IPython 7.34.
+        if frame.f_locals is frame.f_globals:
             continue
         for local_name, local_value in list(frame.f_locals.items()):
             yield (f"last exception ({label}): frame {frame.f_code.co_name}() local {local_name!r} "

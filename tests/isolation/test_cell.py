@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from IPython.utils.capture import capture_output
@@ -128,7 +130,7 @@ def test_an_isolated_traceback_numbers_lines_as_the_notebook_does(shell, capsys)
     capsys.readouterr()
     in_process = shell.run_cell(f"%%fresh_model -q\n{body}", store_history=True)
     assert isinstance(in_process.error_in_exec, KeyError)
-    shown = capsys.readouterr().out
+    shown = re.sub(r"\x1b\[[0-9;]*m", "", capsys.readouterr().out)  # IPython 7 colours it
     assert "----> 5 fail()" in shown and "----> 3     raise KeyError('user error')" in shown, shown
     isolated = shell.run_cell(f"%%fresh_model -q --isolate\n{body}", store_history=True)
     child = isolated.error_in_exec.child_traceback
