@@ -8,6 +8,15 @@ cd "$(dirname "$0")"
 PYTHON=${PYTHON:-python3}
 VENV=.venv
 
+# What runs again on Colab's pins: every test of a layer an older IPython, ipykernel or
+# ipywidgets changes (the magics, the holders, the comm channel, the live views, an isolated
+# cell), and the stack's own end-to-end tests. About 2 minutes on 2 cores.
+COLAB_STACK_TESTS=(
+  tests/stacks tests/core/test_compat.py tests/core/test_magics.py tests/core/test_magic_options.py
+  tests/core/test_hidden_holders.py tests/live/test_kernel_channel.py tests/live/test_live_widget.py
+  tests/live/test_kernel_timeline.py tests/isolation/test_cell.py
+)
+
 log() { printf '\033[1m[dev] %s\033[0m\n' "$*" >&2; }
 
 setup_python() {
@@ -124,8 +133,18 @@ case "${1:-}" in
     setup_browser
     shift
     lint
+    # With pytest arguments, only those tests, on the newest stack; without, every stack.
+    stacks=$([ $# -eq 0 ] && echo 1 || echo 0)
+    if [ "$stacks" = 1 ]; then
+      wheel=$(build_wheel)
+      setup_colab_stack "$wheel"
+    fi
     status=0
     "$VENV/bin/python" -m pytest "$@" || status=$?
+    if [ "$stacks" = 1 ]; then
+      log "Colab's pinned stack (.venv-colab: IPython 7.34, ipykernel 6.17, ipywidgets 7.7, TF 2.19)"
+      KERASMAGIC_STACK=colab .venv-colab/bin/python -m pytest -p no:cacheprovider "${COLAB_STACK_TESTS[@]}" || status=$?
+    fi
     exit $status
     ;;
   lint)

@@ -347,6 +347,7 @@ class LiveView(_LiveViewBase):
             self.stop_button.disabled = True
             return
         self._start()
+        self.title.value = self._title_html()  # written before the view ran: now it is live
         # Closing the widget stops the view: from Python (Widget.close sets comm to None) or
         # from the frontend (a comm_close for the VBox's comm, handled on the main thread).
         self.widget.observe(self._on_comm_change, names="comm")

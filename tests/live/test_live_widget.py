@@ -188,7 +188,7 @@ def test_live_widget_view_says_which_it_is_and_a_bad_mode_is_one_line(kernel):
     _run_magic(kernel, "view = %tf_mem --live")
     title = kernel.execute("print(view.title.value)")
     version = kernel.execute("import ipywidgets; print(ipywidgets.__version__)").strip()
-    assert f"widgets: ipywidgets {version}" in title, title
+    assert "kerasmagic live" in title and f"widgets: ipywidgets {version}" in title, title
     msg_id = kernel.client.execute("%tf_mem --live sidebar")
     reply = kernel.wait_for(lambda m: m["msg_type"] in ("error", "stream")
                             and m["parent_header"].get("msg_id") == msg_id)
