@@ -422,6 +422,129 @@ describe('LiveConnection and kernel subshells', () => {
     second.dispose();
   });
 
+  /** ipykernel 6 during a cell: no subshells; its control channel answers kernel_info. */
+  function busyIpykernel6(): FakeKernel {
+    const kernel = new FakeKernel('k6');
+    kernel.status = 'busy';
+    kernel.info = new Promise(noop); // after a reload, kernel_info on the shell waits
+    kernel.answers = {
+      kernel_info_request: {
+        implementation: 'ipykernel',
+        implementation_version: '6.29.5',
+        supported_features: []
+      }
+    };
+    return kernel;
+  }
+
+  const iopub = (kernel: FakeKernel, msgType: string, content: unknown) =>
+    kernel.iopubMessage.emit({
+      header: { msg_type: msgType },
+      parent_header: { msg_type: 'execute_request' },
+      content
+    });
+
+  it('says which cell it waits for while ipykernel 6 runs one, then goes live', async () => {
+    const kernel = busyIpykernel6();
+    const connection = new LiveConnection({ intervalS: 1, historyMinutes: 5 });
+    connection.setSessionContext(new FakeSession(kernel) as any);
+    await waitFor(() => kernel.comms.length === 1);
+    expect(kernel.clones).toEqual([]);
+    expect(connection.state).toEqual({
+      kind: 'waiting',
+      executionCount: null,
+      reason: 'no_subshells',
+      kernelImplementation: 'ipykernel 6.29.5'
+    });
+    // The next cell starts: the kernel numbers it on IOPub (the notebook shows [*]).
+    iopub(kernel, 'execute_input', {
+      code: 'time.sleep(20)',
+      execution_count: 7
+    });
+    expect(connection.state).toMatchObject({
+      kind: 'waiting',
+      executionCount: 7
+    });
+    iopub(kernel, 'status', { execution_state: 'idle' });
+    kernel.comm.receive(hello(4242)); // answered once the cell ended
+    expect(connection.state.kind).toBe('connected');
+    connection.dispose();
+  });
+
+  it('names a cell it saw start before its open went out (%load_ext, then a long cell)', async () => {
+    const kernel = busyIpykernel6();
+    kernel.status = 'idle';
+    kernel.info = Promise.resolve({
+      implementation: 'ipykernel',
+      implementation_version: '6.29.5',
+      supported_features: []
+    });
+    const connection = new LiveConnection({ intervalS: 1, historyMinutes: 5 });
+    connection.setSessionContext(new FakeSession(kernel) as any);
+    iopub(kernel, 'execute_input', { code: 'fit()', execution_count: 2 });
+    await waitFor(() => kernel.comms.length === 1);
+    expect(kernel.control).toEqual([]); // kernel.info had answered
+    expect(connection.state).toMatchObject({
+      kind: 'waiting',
+      executionCount: 2
+    });
+    connection.dispose();
+  });
+
+  it('says the kernel is busy after a silent second where the page saw no cell start', async () => {
+    const win = (global as any).window;
+    const saved = win.setTimeout;
+    const timers: Array<[() => void, number]> = [];
+    win.setTimeout = (callback: () => void, ms: number) => {
+      timers.push([callback, ms]);
+      return 0;
+    };
+    try {
+      const kernel = busyIpykernel6();
+      kernel.status = 'idle'; // a reloaded page has not heard the kernel say busy
+      const connection = new LiveConnection({
+        intervalS: 1,
+        historyMinutes: 5
+      });
+      connection.setSessionContext(new FakeSession(kernel) as any);
+      await waitFor(() => kernel.comms.length === 1);
+      expect(connection.state.kind).toBe('connecting');
+      const silent = timers.find(([, ms]) => ms === 1000);
+      expect(silent).toBeDefined();
+      silent![0]();
+      expect(connection.state).toMatchObject({
+        kind: 'waiting',
+        executionCount: null
+      });
+      kernel.comm.receive(hello(4242));
+      expect(connection.state.kind).toBe('connected');
+      silent![0](); // a late timer never turns a live view back
+      expect(connection.state.kind).toBe('connected');
+      connection.dispose();
+    } finally {
+      win.setTimeout = saved;
+    }
+  });
+
+  it('keeps the comm on the main shell where JupyterLab has no subshell API (4.0 to 4.3)', async () => {
+    const kernel = busyKernelWithSubshells(); // ipykernel 7: it has subshells
+    // What @jupyterlab/services before 7.4 lacks: a subshellId set there would be ignored.
+    delete (kernel as any).subshellId;
+    const connection = new LiveConnection({ intervalS: 1, historyMinutes: 5 });
+    connection.setSessionContext(new FakeSession(kernel) as any);
+    await waitFor(() => kernel.comms.length === 1);
+    expect(kernel.clones).toEqual([]);
+    expect(kernel.control.map(([type]) => type)).toEqual([
+      'kernel_info_request'
+    ]);
+    expect(connection.state).toMatchObject({
+      kind: 'waiting',
+      reason: 'frontend'
+    });
+    expect(connection.subshellId).toBeNull();
+    connection.dispose();
+  });
+
   it('falls back to the main shell when the control channel does not answer', async () => {
     const silent = new FakeKernel('k1');
     silent.info = new Promise(noop);
