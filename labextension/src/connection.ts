@@ -73,7 +73,7 @@ export interface IWaitingState {
   executionCount: number | null;
   /** Why the comm is not on a subshell (subshell.ts). */
   reason: MainShellReason;
-  /** `ipykernel 6.29.5` where the kernel info said so. */
+  /** The kernel info's `implementation` (`ipython` for ipykernel) where it was read. */
   kernelImplementation: string | null;
 }
 
@@ -245,6 +245,12 @@ const RESTART_STATUSES = new Set<string>(['restarting', 'autorestarting']);
  * "Connecting…" for good. A busy kernel answers after its cell, so it is left alone.
  */
 const UNANSWERED_OPEN_MS = 10_000;
+/**
+ * While the panel says it waits for a running cell, the kernel may look idle to a page that was
+ * reloaded during the cell (it saw no status since): each retry there queues one more open and
+ * close behind the cell, so they come ever less often.
+ */
+const UNANSWERED_OPEN_MAX_MS = 160_000;
 
 /**
  * An idle kernel answers a comm_open in milliseconds, even on a loaded machine. One that has
@@ -514,6 +520,10 @@ export class LiveConnection implements IDisposable {
       this._runningCount = typeof count === 'number' ? count : null;
       if (this._state.kind === 'waiting') {
         this._setState({ ...this._state, executionCount: this._runningCount });
+      } else {
+        // A cell that started right after our open went out (Run All: `%load_ext`, then
+        // the next cell): the open waits for it, and now the page knows its number.
+        this._waitOnMainShell?.();
       }
     }
     // After a cell ran in a kernel without the channel, try again: the cell may have been
@@ -634,7 +644,8 @@ export class LiveConnection implements IDisposable {
     return record;
   }
 
-  private _attach(): void {
+  /** `retrying`: an unanswered open opened again; a waiting panel keeps saying so meanwhile. */
+  private _attach(retrying = false): void {
     const kernel = this._session?.session?.kernel ?? null;
     if (!kernel || GONE_STATUSES.has(kernel.status)) {
       this._detach();
@@ -647,13 +658,17 @@ export class LiveConnection implements IDisposable {
       this._dropSubshell(true);
       this._kernel = kernel;
       this._runningCount = null;
+      this._retryMs = UNANSWERED_OPEN_MS;
       kernel.iopubMessage.connect(this._onIopub, this);
     }
     this._latestSample = null;
     this._latestFacts = null;
+    this._waitOnMainShell = null;
     this._cellGrowth = null; // the kernel sends it after hello too
     this._jobs.clear(); // the kernel sends its list (isolated_jobs) right after hello
-    this._setState({ kind: 'connecting' });
+    if (!(retrying && this._state.kind === 'waiting')) {
+      this._setState({ kind: 'connecting' });
+    }
     const attempt = ++this._attempt;
     void this._commConnection(kernel).then(result => {
       if (attempt === this._attempt && this._kernel === kernel) {
@@ -679,14 +694,27 @@ export class LiveConnection implements IDisposable {
       if (
         this._comm === comm &&
         this._kernel === kernel &&
-        this._state.kind === 'connecting'
+        (this._state.kind === 'connecting' || this._state.kind === 'waiting')
       ) {
+        this._waitOnMainShell = null;
         this._setState({
           kind: 'waiting',
           executionCount: this._runningCount,
           reason: result.reason ?? 'no_subshells',
           kernelImplementation: result.kernelImplementation
         });
+      }
+    };
+    // Silence from a kernel that is still starting, or a page not yet connected to it, says
+    // nothing about a cell: keep "Connecting…" and look again.
+    const afterSilence = () => {
+      if (
+        kernel.connectionStatus === 'connected' &&
+        (kernel.status === 'idle' || kernel.status === 'busy')
+      ) {
+        waiting();
+      } else if (this._comm === comm && this._state.kind === 'connecting') {
+        window.setTimeout(afterSilence, WAITING_AFTER_MS);
       }
     };
     if (
@@ -696,7 +724,8 @@ export class LiveConnection implements IDisposable {
     ) {
       waiting();
     } else {
-      window.setTimeout(waiting, WAITING_AFTER_MS);
+      this._waitOnMainShell = waiting;
+      window.setTimeout(afterSilence, WAITING_AFTER_MS);
     }
   }
 
@@ -709,8 +738,8 @@ export class LiveConnection implements IDisposable {
     kernel: Kernel.IKernelConnection
   ): Promise<ISubshellResult> {
     if (this._subshell === null) {
-      this._subshell = openSubshellConnection(kernel).catch(
-        (reason): ISubshellResult => {
+      const asked: Promise<ISubshellResult> = openSubshellConnection(kernel)
+        .catch((reason): ISubshellResult => {
           console.warn(
             'kerasmagic: no kernel subshell for the live comm',
             reason
@@ -720,8 +749,16 @@ export class LiveConnection implements IDisposable {
             reason: 'no_answer',
             kernelImplementation: null
           };
-        }
-      );
+        })
+        .then(result => {
+          // No answer is no verdict: a kernel still starting (the page's first attach) drops
+          // control requests. Ask again on the next attach (after `%load_ext`, a restart).
+          if (result.reason === 'no_answer' && this._subshell === asked) {
+            this._subshell = null;
+          }
+          return result;
+        });
+      this._subshell = asked;
     }
     return this._subshell;
   }
@@ -770,6 +807,7 @@ export class LiveConnection implements IDisposable {
   }
 
   private _retryIfUnanswered(comm: Kernel.IComm): void {
+    const delay = this._retryMs;
     window.setTimeout(() => {
       const kernel = this._kernel;
       const unanswered =
@@ -781,12 +819,15 @@ export class LiveConnection implements IDisposable {
         console.warn(
           'kerasmagic: the kernel did not answer the live comm; opening it again'
         );
-        this._attach();
+        if (this._state.kind === 'waiting') {
+          this._retryMs = Math.min(2 * delay, UNANSWERED_OPEN_MAX_MS);
+        }
+        this._attach(true);
       } else {
         // Busy: on the main shell the open waits behind the running cell.
         this._retryIfUnanswered(comm);
       }
-    }, UNANSWERED_OPEN_MS);
+    }, delay);
   }
 
   private _detach(): void {
@@ -794,6 +835,7 @@ export class LiveConnection implements IDisposable {
     this._deferred.clear();
     this._executing = false;
     this._runningCount = null;
+    this._waitOnMainShell = null;
     this._closeComm();
     this._kernel?.iopubMessage.disconnect(this._onIopub, this);
     this._dropSubshell(
@@ -848,6 +890,7 @@ export class LiveConnection implements IDisposable {
           return;
         }
         this._notePid(message.pid, message.ts);
+        this._retryMs = UNANSWERED_OPEN_MS;
         this._setState({ kind: 'connected', hello: message });
         if (message.interval_s !== this._intervalS) {
           this._send({ method: 'configure', interval_s: this._intervalS });
@@ -1002,6 +1045,10 @@ export class LiveConnection implements IDisposable {
   private _executing = false;
   /** In[n] of the cell running on the main shell, from IOPub's execute_input; null: unknown. */
   private _runningCount: number | null = null;
+  /** Enters the waiting state if our open on the main shell is still unanswered. */
+  private _waitOnMainShell: (() => void) | null = null;
+  /** How long an open may stay unanswered before it is sent again (`_retryIfUnanswered`). */
+  private _retryMs = UNANSWERED_OPEN_MS;
   private _sentVisible: boolean | null = null;
   private _requestCounter = 0;
   private _pendingClears = new Map<

@@ -57,7 +57,7 @@ export interface ISubshellResult {
   connection: Kernel.IKernelConnection | null;
   /** Null when `connection` is set. */
   reason: MainShellReason | null;
-  /** `ipykernel 6.29.5`, from the kernel info where it was read; null where not. */
+  /** The kernel info's `implementation` (`ipython` for ipykernel) where it was read. */
   kernelImplementation: string | null;
 }
 
@@ -118,14 +118,13 @@ export function controlRequest(
   });
 }
 
-/** `ipykernel 6.29.5` from a kernel_info reply's content, null without a name. */
+/**
+ * The kernel's implementation from a kernel_info reply's content (`ipython` for ipykernel,
+ * whose `implementation_version` is IPython's, not its own), null without one.
+ */
 function implementationOf(info: { [key: string]: any } | null): string | null {
   const name = info?.implementation;
-  if (typeof name !== 'string' || !name) {
-    return null;
-  }
-  const version = info?.implementation_version;
-  return typeof version === 'string' && version ? `${name} ${version}` : name;
+  return typeof name === 'string' && name ? name : null;
 }
 
 /**

@@ -47,15 +47,22 @@ export function waitingNotice(
       );
       break;
     default:
-      hint =
-        kernel === null
-          ? trans.__(
-              'This kernel has no subshells, so it handles the panel between cells: the live view starts when the cell ends.'
-            )
-          : trans.__(
-              '%1 has no kernel subshells, so it handles the panel between cells: the live view starts when the cell ends.',
-              kernel
-            );
+      // ipykernel answers kernel_info as `ipython` (with IPython's version, not its own); the
+      // one without subshells is ipykernel 6 or older (7 has them).
+      if (kernel === 'ipython') {
+        hint = trans.__(
+          'This kernel (ipykernel 6 or older) has no subshells, so it handles the panel between cells: the live view starts when the cell ends.'
+        );
+      } else if (kernel === null) {
+        hint = trans.__(
+          'This kernel has no subshells, so it handles the panel between cells: the live view starts when the cell ends.'
+        );
+      } else {
+        hint = trans.__(
+          'This kernel (%1) has no subshells, so it handles the panel between cells: the live view starts when the cell ends.',
+          kernel
+        );
+      }
   }
   return { title, hint };
 }

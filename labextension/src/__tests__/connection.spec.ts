@@ -51,6 +51,7 @@ class FakeComm {
 class FakeKernel {
   constructor(readonly id: string) {}
   status = 'idle';
+  connectionStatus = 'connected';
   supportsSubshells = false;
   info: Promise<unknown> = Promise.resolve({});
   iopubMessage = new Signal<this, any>(this);
@@ -429,8 +430,8 @@ describe('LiveConnection and kernel subshells', () => {
     kernel.info = new Promise(noop); // after a reload, kernel_info on the shell waits
     kernel.answers = {
       kernel_info_request: {
-        implementation: 'ipykernel',
-        implementation_version: '6.29.5',
+        implementation: 'ipython',
+        implementation_version: '8.18.1', // IPython's version, not ipykernel's
         supported_features: []
       }
     };
@@ -454,7 +455,7 @@ describe('LiveConnection and kernel subshells', () => {
       kind: 'waiting',
       executionCount: null,
       reason: 'no_subshells',
-      kernelImplementation: 'ipykernel 6.29.5'
+      kernelImplementation: 'ipython'
     });
     // The next cell starts: the kernel numbers it on IOPub (the notebook shows [*]).
     iopub(kernel, 'execute_input', {
@@ -475,8 +476,8 @@ describe('LiveConnection and kernel subshells', () => {
     const kernel = busyIpykernel6();
     kernel.status = 'idle';
     kernel.info = Promise.resolve({
-      implementation: 'ipykernel',
-      implementation_version: '6.29.5',
+      implementation: 'ipython',
+      implementation_version: '8.18.1', // IPython's version, not ipykernel's
       supported_features: []
     });
     const connection = new LiveConnection({ intervalS: 1, historyMinutes: 5 });
@@ -516,11 +517,54 @@ describe('LiveConnection and kernel subshells', () => {
         kind: 'waiting',
         executionCount: null
       });
+      // The page thinks the kernel idle (a reload saw no status): the open is sent again,
+      // the panel keeps saying it waits, and the next retry comes later (each one queues an
+      // open and a close behind the cell).
+      const retry = timers.find(([, ms]) => ms === 10_000);
+      expect(retry).toBeDefined();
+      timers.length = 0;
+      retry![0]();
+      await waitFor(() => kernel.comms.length === 2);
+      expect(kernel.comms[0].isDisposed).toBe(true);
+      expect(connection.state.kind).toBe('waiting');
+      expect(timers.map(([, ms]) => ms)).toContain(20_000);
+
       kernel.comm.receive(hello(4242));
       expect(connection.state.kind).toBe('connected');
       silent![0](); // a late timer never turns a live view back
       expect(connection.state.kind).toBe('connected');
       connection.dispose();
+
+      // A kernel still starting says nothing about a cell: "Connecting…" stays.
+      const starting = busyIpykernel6();
+      starting.status = 'starting';
+      const third = new LiveConnection({ intervalS: 1, historyMinutes: 5 });
+      timers.length = 0;
+      third.setSessionContext(new FakeSession(starting) as any);
+      await waitFor(() => starting.comms.length === 1);
+      const silence = () => timers.filter(([, ms]) => ms === 1000);
+      expect(silence()).toHaveLength(1);
+      silence()[0][0]();
+      expect(third.state.kind).toBe('connecting');
+      expect(silence()).toHaveLength(2); // it looks again
+      starting.status = 'busy';
+      silence()[1][0]();
+      expect(third.state.kind).toBe('waiting');
+      third.dispose();
+
+      // A cell that starts just after the open went out (Run All) is named at once.
+      const next = busyIpykernel6();
+      next.status = 'idle';
+      const second = new LiveConnection({ intervalS: 1, historyMinutes: 5 });
+      second.setSessionContext(new FakeSession(next) as any);
+      await waitFor(() => next.comms.length === 1);
+      expect(second.state.kind).toBe('connecting');
+      iopub(next, 'execute_input', { code: 'fit()', execution_count: 3 });
+      expect(second.state).toMatchObject({
+        kind: 'waiting',
+        executionCount: 3
+      });
+      second.dispose();
     } finally {
       win.setTimeout = saved;
     }
@@ -552,6 +596,31 @@ describe('LiveConnection and kernel subshells', () => {
     connection.setSessionContext(new FakeSession(silent) as any);
     await waitFor(() => silent.comms.length === 1); // after the control timeout
     expect(silent.clones).toEqual([]);
+    expect(connection.state).toMatchObject({ kind: 'connecting' });
+
+    // No answer is no verdict (a kernel still starting drops control requests): the next
+    // attach, here after `%load_ext`, asks again.
+    silent.comm.onClose({ content: { comm_id: silent.comm.commId, data: {} } });
+    expect(connection.state.kind).toBe('not_loaded');
+    silent.answers = {
+      kernel_info_request: { implementation: 'ipython', supported_features: [] }
+    };
+    silent.status = 'busy';
+    silent.iopubMessage.emit({
+      header: { msg_type: 'status' },
+      parent_header: { msg_type: 'execute_request' },
+      content: { execution_state: 'idle' }
+    });
+    await waitFor(() => silent.comms.length === 2);
+    expect(silent.control.map(([type]) => type)).toEqual([
+      'kernel_info_request',
+      'kernel_info_request'
+    ]);
+    expect(connection.state).toMatchObject({
+      kind: 'waiting',
+      reason: 'no_subshells',
+      kernelImplementation: 'ipython'
+    });
     connection.dispose();
   });
 });

@@ -23,15 +23,19 @@ function state(overrides: Partial<IWaitingState>): IWaitingState {
 describe('waitingNotice', () => {
   it('names the running cell where the page knows it', () => {
     const notice = waitingNotice(
-      state({ executionCount: 12, kernelImplementation: 'ipykernel 6.29.5' }),
+      state({ executionCount: 12, kernelImplementation: 'ipython' }),
       trans
     );
     expect(notice.title).toBe(
       'Attached; the kernel answers after cell [12] ends'
     );
     expect(notice.hint).toBe(
-      'ipykernel 6.29.5 has no kernel subshells, so it handles the panel between cells: the live view starts when the cell ends.'
+      'This kernel (ipykernel 6 or older) has no subshells, so it handles the panel between cells: the live view starts when the cell ends.'
     );
+    // Another kernel is named as its kernel info names itself.
+    expect(
+      waitingNotice(state({ kernelImplementation: 'xpython' }), trans).hint
+    ).toMatch(/^This kernel \(xpython\) has no subshells/);
   });
 
   it('says "the running cell" where the page missed its start (a reload)', () => {
