@@ -66,11 +66,12 @@ def test_the_built_bundle_requires_what_package_json_declares():
     built = json.loads((BUILT / "package.json").read_text())
     # What `jupyter labextension list` compares with the running JupyterLab.
     assert built["dependencies"] == {name: OLDEST[name] for name in _imported_packages()}
-    # Module federation's consume entries: `"webpack/sharing/consume/default/<package>": {...
-    # requiredVersion: "<range>" ...}` (development and production builds alike).
+    # Module federation's consume entries, `{shareScope: "default", shareKey: "<package>",
+    # import: null, requiredVersion: "<range>", ...}`, spaced in a development build, not in a
+    # production one.
     text = entries[-1].read_text()
     consumed = dict(re.findall(
-        r"""consume/default/(@(?:jupyterlab|lumino)/[a-z-]+)["']\s*:\s*\{[^}]*?requiredVersion:\s*["']([^"']+)["']""",
+        r"""shareKey:\s*["'](@(?:jupyterlab|lumino)/[a-z-]+)["'][^}]*?requiredVersion:\s*["']([^"']+)["']""",
         text,
     ))
     assert "@jupyterlab/application" in consumed, f"no consume entries found in {entries[-1].name}"
