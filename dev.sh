@@ -96,6 +96,53 @@ setup_browser() {
   fi
 }
 
+# The oldest stack the sidebar supports, as university hubs run it: JupyterLab 4.0 with
+# ipykernel 6 (no kernel subshells: the panel's comm waits for a running cell). No TensorFlow:
+# the browser test there (tests/ui/test_jupyterlab_40.py) checks the extension and the comm.
+# The wheel goes in with a plain `pip install`, as users install it, so a dependency range
+# that pulls a newer JupyterLab or ipykernel, or a bundle that asks for one, fails here.
+LAB40_VENV=.venv-lab40
+LAB40_JUPYTERLAB=4.0.13  # the newest 4.0.x
+LAB40_IPYKERNEL=6.29.5   # the newest 6.29, what the hubs run
+
+setup_lab40_stack() {
+  local wheel=${1:-}
+  if [ -z "$wheel" ] || [ ! -f "$wheel" ]; then
+    log "setup_lab40_stack: no kerasmagic wheel at '${wheel}' (usage: setup_lab40_stack dist/kerasmagic-*.whl)"
+    return 1
+  fi
+  if [ ! -x "$LAB40_VENV/bin/python" ]; then
+    log "creating $LAB40_VENV (JupyterLab $LAB40_JUPYTERLAB, ipykernel $LAB40_IPYKERNEL)"
+    "$PYTHON" -m venv "$LAB40_VENV"
+  fi
+  local py="$LAB40_VENV/bin/python"
+  "$py" -m pip install -q --upgrade pip
+  "$py" -m pip install -q "jupyterlab==$LAB40_JUPYTERLAB" "ipykernel==$LAB40_IPYKERNEL"
+  # Uninstalled first: a rebuilt wheel keeps its version number, and pip would keep the old one.
+  "$py" -m pip uninstall -q -y kerasmagic >/dev/null 2>&1 || true
+  log "installing $wheel into $LAB40_VENV"
+  "$py" -m pip install -q "$wheel"
+  # The wheel's dependencies must not have moved the stack we mean to test.
+  local versions
+  versions=$("$py" -c 'from importlib.metadata import version as v; print(v("jupyterlab"), v("ipykernel"))')
+  if [ "$versions" != "$LAB40_JUPYTERLAB $LAB40_IPYKERNEL" ]; then
+    log "FAILED: installing kerasmagic changed $LAB40_VENV to jupyterlab, ipykernel $versions (want $LAB40_JUPYTERLAB $LAB40_IPYKERNEL)"
+    return 1
+  fi
+  # JupyterLab compares the extension's dependencies with its own and prints "X" and a list
+  # of incompatible packages where they do not overlap; the extension must read "enabled OK".
+  # Only this environment's Jupyter paths: a user's or another venv's kerasmagic must not answer.
+  local listing
+  listing=$(JUPYTER_DATA_DIR="$PWD/$LAB40_VENV/share/jupyter" JUPYTER_CONFIG_DIR="$PWD/$LAB40_VENV/etc/jupyter" \
+    JUPYTER_PATH= JUPYTER_PREFER_ENV_PATH=1 "$LAB40_VENV/bin/jupyter" labextension list 2>&1 | sed 's/\x1b\[[0-9;]*m//g') || true
+  if ! grep -Eq '^[[:space:]]*kerasmagic v[^ ]+ enabled +OK' <<<"$listing"; then
+    log "FAILED: JupyterLab $LAB40_JUPYTERLAB does not list kerasmagic as enabled OK:"
+    printf '%s\n' "$listing" >&2
+    return 1
+  fi
+  log "JupyterLab $LAB40_JUPYTERLAB: $(grep -E '^[[:space:]]*kerasmagic v' <<<"$listing" | sed 's/^[[:space:]]*//')"
+}
+
 # The sidebar's TypeScript and CSS: ESLint, Prettier and Stylelint, configured as the JupyterLab
 # extension template does (package.json, labextension/eslint.config.mjs). Needs setup_python
 # first: jlpm comes with JupyterLab, node_modules with the extension build.
@@ -151,6 +198,11 @@ case "${1:-}" in
     setup_python
     lint
     ;;
+  lab40)
+    # The oldest supported stack from a wheel you built (`./dev.sh test` builds and sets it up).
+    shift
+    setup_lab40_stack "${1:-}"
+    ;;
   lab)
     setup_python
     shift
@@ -160,7 +212,7 @@ case "${1:-}" in
     exec "$VENV/bin/jupyter" lab notebooks/ "${lab_args[@]}" "$@"
     ;;
   *)
-    echo "usage: ./dev.sh demo | test [pytest args] | lint | lab" >&2
+    echo "usage: ./dev.sh demo | test [pytest args] | lint | lab | lab40 WHEEL" >&2
     exit 2
     ;;
 esac

@@ -36,7 +36,13 @@ import {
   TARGET_NAME,
   validate
 } from './protocol';
-import { openSubshellConnection, releaseSubshellConnection } from './subshell';
+import {
+  ISubshellResult,
+  MainShellReason,
+  openSubshellConnection,
+  releaseSubshellConnection,
+  subshellIdOf
+} from './subshell';
 
 export type { ICellRun, IMark } from './history';
 
@@ -50,10 +56,26 @@ export interface IHostMemory {
 export type ConnectionState =
   | { kind: 'no_kernel' }
   | { kind: 'connecting' }
+  | IWaitingState
   | { kind: 'not_loaded' }
   | { kind: 'restarting' }
   | { kind: 'connected'; hello: IHello }
   | { kind: 'mismatch'; kernelVersion: string; message: string };
+
+/**
+ * The comm's open went to the kernel's main shell while a cell runs there: the kernel answers
+ * when the cell ends (ipykernel 6 has no subshells: comm messages wait for the running cell).
+ * Said from what the page knows, rather than "Connecting…" for as long as the cell runs.
+ */
+export interface IWaitingState {
+  kind: 'waiting';
+  /** The running cell's `In[n]`, from the kernel's execute_input; null where this page missed it. */
+  executionCount: number | null;
+  /** Why the comm is not on a subshell (subshell.ts). */
+  reason: MainShellReason;
+  /** The kernel info's `implementation` (`ipython` for ipykernel) where it was read. */
+  kernelImplementation: string | null;
+}
 
 /** Series names the panel draws; bytes unless the name says otherwise. */
 export const SERIES = {
@@ -223,6 +245,19 @@ const RESTART_STATUSES = new Set<string>(['restarting', 'autorestarting']);
  * "Connecting…" for good. A busy kernel answers after its cell, so it is left alone.
  */
 const UNANSWERED_OPEN_MS = 10_000;
+/**
+ * While the panel says it waits for a running cell, the kernel may look idle to a page that was
+ * reloaded during the cell (it saw no status since): each retry there queues one more open and
+ * close behind the cell, so they come ever less often.
+ */
+const UNANSWERED_OPEN_MAX_MS = 160_000;
+
+/**
+ * An idle kernel answers a comm_open in milliseconds, even on a loaded machine. One that has
+ * not answered after this long, on the main shell, is running a cell (the page may not know
+ * that: after a reload it saw the cell start neither in the notebook nor on IOPub).
+ */
+const WAITING_AFTER_MS = 1000;
 
 const GONE_STATUSES = new Set<string>([
   'restarting',
@@ -470,7 +505,25 @@ export class LiveConnection implements IDisposable {
         .execution_state;
       this._executing = state === 'busy';
       if (state === 'idle') {
+        this._runningCount = null;
         this._flushDeferred();
+      }
+    }
+    if (
+      msg.header.msg_type === 'execute_input' &&
+      (msg.parent_header as KernelMessage.IHeader).msg_type ===
+        'execute_request'
+    ) {
+      // The cell's In[n] as the kernel numbers it: the notebook shows [*] until the reply.
+      const count = (msg.content as KernelMessage.IExecuteInputMsg['content'])
+        .execution_count;
+      this._runningCount = typeof count === 'number' ? count : null;
+      if (this._state.kind === 'waiting') {
+        this._setState({ ...this._state, executionCount: this._runningCount });
+      } else {
+        // A cell that started right after our open went out (Run All: `%load_ext`, then
+        // the next cell): the open waits for it, and now the page knows its number.
+        this._waitOnMainShell?.();
       }
     }
     // After a cell ran in a kernel without the channel, try again: the cell may have been
@@ -591,7 +644,8 @@ export class LiveConnection implements IDisposable {
     return record;
   }
 
-  private _attach(): void {
+  /** `retrying`: an unanswered open opened again; a waiting panel keeps saying so meanwhile. */
+  private _attach(retrying = false): void {
     const kernel = this._session?.session?.kernel ?? null;
     if (!kernel || GONE_STATUSES.has(kernel.status)) {
       this._detach();
@@ -603,19 +657,76 @@ export class LiveConnection implements IDisposable {
       this._kernel?.iopubMessage.disconnect(this._onIopub, this);
       this._dropSubshell(true);
       this._kernel = kernel;
+      this._runningCount = null;
+      this._retryMs = UNANSWERED_OPEN_MS;
       kernel.iopubMessage.connect(this._onIopub, this);
     }
     this._latestSample = null;
     this._latestFacts = null;
+    this._waitOnMainShell = null;
     this._cellGrowth = null; // the kernel sends it after hello too
     this._jobs.clear(); // the kernel sends its list (isolated_jobs) right after hello
-    this._setState({ kind: 'connecting' });
+    if (!(retrying && this._state.kind === 'waiting')) {
+      this._setState({ kind: 'connecting' });
+    }
     const attempt = ++this._attempt;
-    void this._commConnection(kernel).then(connection => {
+    void this._commConnection(kernel).then(result => {
       if (attempt === this._attempt && this._kernel === kernel) {
-        this._openComm(connection);
+        this._openComm(result.connection ?? kernel);
+        if (!result.connection && result.reason) {
+          this._waitIfBusy(kernel, result);
+        }
       } // else: detached or attached again meanwhile
     });
+  }
+
+  /**
+   * On the main shell the kernel answers the open after the running cell: say so at once
+   * where the page knows a cell runs, else once the kernel has been silent too long for an
+   * idle one.
+   */
+  private _waitIfBusy(
+    kernel: Kernel.IKernelConnection,
+    result: ISubshellResult
+  ): void {
+    const comm = this._comm;
+    const waiting = () => {
+      if (
+        this._comm === comm &&
+        this._kernel === kernel &&
+        (this._state.kind === 'connecting' || this._state.kind === 'waiting')
+      ) {
+        this._waitOnMainShell = null;
+        this._setState({
+          kind: 'waiting',
+          executionCount: this._runningCount,
+          reason: result.reason ?? 'no_subshells',
+          kernelImplementation: result.kernelImplementation
+        });
+      }
+    };
+    // Silence from a kernel that is still starting, or a page not yet connected to it, says
+    // nothing about a cell: keep "Connecting…" and look again.
+    const afterSilence = () => {
+      if (
+        kernel.connectionStatus === 'connected' &&
+        (kernel.status === 'idle' || kernel.status === 'busy')
+      ) {
+        waiting();
+      } else if (this._comm === comm && this._state.kind === 'connecting') {
+        window.setTimeout(afterSilence, WAITING_AFTER_MS);
+      }
+    };
+    if (
+      this._executing ||
+      this._runningCount !== null ||
+      kernel.status === 'busy'
+    ) {
+      waiting();
+    } else {
+      this._waitOnMainShell = waiting;
+      window.setTimeout(afterSilence, WAITING_AFTER_MS);
+    }
   }
 
   /**
@@ -625,17 +736,31 @@ export class LiveConnection implements IDisposable {
    */
   private _commConnection(
     kernel: Kernel.IKernelConnection
-  ): Promise<Kernel.IKernelConnection> {
+  ): Promise<ISubshellResult> {
     if (this._subshell === null) {
-      this._subshell = openSubshellConnection(kernel).catch(reason => {
-        console.warn(
-          'kerasmagic: no kernel subshell for the live comm',
-          reason
-        );
-        return null;
-      });
+      const asked: Promise<ISubshellResult> = openSubshellConnection(kernel)
+        .catch((reason): ISubshellResult => {
+          console.warn(
+            'kerasmagic: no kernel subshell for the live comm',
+            reason
+          );
+          return {
+            connection: null,
+            reason: 'no_answer',
+            kernelImplementation: null
+          };
+        })
+        .then(result => {
+          // No answer is no verdict: a kernel still starting (the page's first attach) drops
+          // control requests. Ask again on the next attach (after `%load_ext`, a restart).
+          if (result.reason === 'no_answer' && this._subshell === asked) {
+            this._subshell = null;
+          }
+          return result;
+        });
+      this._subshell = asked;
     }
-    return this._subshell.then(connection => connection ?? kernel);
+    return this._subshell;
   }
 
   /** Give back the subshell connection (its subshell is deleted unless the kernel is gone). */
@@ -643,7 +768,7 @@ export class LiveConnection implements IDisposable {
     const pending = this._subshell;
     const kernel = this._kernel;
     this._subshell = null;
-    void pending?.then(connection => {
+    void pending?.then(({ connection }) => {
       if (connection) {
         releaseSubshellConnection(connection, kernel, kernelAlive);
       }
@@ -653,7 +778,7 @@ export class LiveConnection implements IDisposable {
   /** The subshell this sidebar's comm uses, null on the main shell (tests look at it). */
   get subshellId(): string | null {
     return this._comm && this._commKernel !== this._kernel
-      ? (this._commKernel?.subshellId ?? null)
+      ? subshellIdOf(this._commKernel)
       : null;
   }
 
@@ -682,27 +807,35 @@ export class LiveConnection implements IDisposable {
   }
 
   private _retryIfUnanswered(comm: Kernel.IComm): void {
+    const delay = this._retryMs;
     window.setTimeout(() => {
       const kernel = this._kernel;
-      if (this._comm !== comm || this._state.kind !== 'connecting' || !kernel) {
+      const unanswered =
+        this._state.kind === 'connecting' || this._state.kind === 'waiting';
+      if (this._comm !== comm || !unanswered || !kernel) {
         return; // answered, closed or replaced meanwhile
       }
       if (kernel.status === 'idle') {
         console.warn(
           'kerasmagic: the kernel did not answer the live comm; opening it again'
         );
-        this._attach();
+        if (this._state.kind === 'waiting') {
+          this._retryMs = Math.min(2 * delay, UNANSWERED_OPEN_MAX_MS);
+        }
+        this._attach(true);
       } else {
         // Busy: on the main shell the open waits behind the running cell.
         this._retryIfUnanswered(comm);
       }
-    }, UNANSWERED_OPEN_MS);
+    }, delay);
   }
 
   private _detach(): void {
     this._attempt++; // an open still waiting for its connection is not wanted any more
     this._deferred.clear();
     this._executing = false;
+    this._runningCount = null;
+    this._waitOnMainShell = null;
     this._closeComm();
     this._kernel?.iopubMessage.disconnect(this._onIopub, this);
     this._dropSubshell(
@@ -757,6 +890,7 @@ export class LiveConnection implements IDisposable {
           return;
         }
         this._notePid(message.pid, message.ts);
+        this._retryMs = UNANSWERED_OPEN_MS;
         this._setState({ kind: 'connected', hello: message });
         if (message.interval_s !== this._intervalS) {
           this._send({ method: 'configure', interval_s: this._intervalS });
@@ -873,7 +1007,8 @@ export class LiveConnection implements IDisposable {
     const same =
       state.kind === this._state.kind &&
       state.kind !== 'connected' &&
-      state.kind !== 'mismatch';
+      state.kind !== 'mismatch' &&
+      state.kind !== 'waiting';
     this._state = state;
     if (state.kind === 'connected') {
       this._sentVisible = this._isVisible();
@@ -885,8 +1020,8 @@ export class LiveConnection implements IDisposable {
 
   private _session: ISessionContext | null = null;
   private _kernel: Kernel.IKernelConnection | null = null;
-  /** The subshell connection for `_kernel` (resolves to null without one). */
-  private _subshell: Promise<Kernel.IKernelConnection | null> | null = null;
+  /** The subshell connection for `_kernel`, or why there is none. */
+  private _subshell: Promise<ISubshellResult> | null = null;
   private _comm: Kernel.IComm | null = null;
   /** The connection `_comm` was opened on (the subshell's or the kernel's). */
   private _commKernel: Kernel.IKernelConnection | null = null;
@@ -908,6 +1043,12 @@ export class LiveConnection implements IDisposable {
   >();
   /** The kernel's main shell is running an execute_request (from IOPub status). */
   private _executing = false;
+  /** In[n] of the cell running on the main shell, from IOPub's execute_input; null: unknown. */
+  private _runningCount: number | null = null;
+  /** Enters the waiting state if our open on the main shell is still unanswered. */
+  private _waitOnMainShell: (() => void) | null = null;
+  /** How long an open may stay unanswered before it is sent again (`_retryIfUnanswered`). */
+  private _retryMs = UNANSWERED_OPEN_MS;
   private _sentVisible: boolean | null = null;
   private _requestCounter = 0;
   private _pendingClears = new Map<

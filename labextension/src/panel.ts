@@ -21,6 +21,7 @@ import {
   sumGpu
 } from './connection';
 import { LeakWatchSection } from './cells';
+import { waitingNotice } from './waiting';
 import { ClearSection } from './clearing';
 import { formatBytes, formatCount, formatSeconds } from './format';
 import {
@@ -429,6 +430,7 @@ export class KerasMagicPanel extends Widget {
     const notice = this._notice;
     notice.textContent = '';
     notice.hidden = state.kind === 'connected';
+    delete notice.dataset.waitingFor;
     const say = (title: string, hint: string, code?: string) => {
       notice.appendChild(el('p', 'jp-KerasMagic-noticeTitle', title));
       notice.appendChild(el('p', 'jp-KerasMagic-noticeHint', hint));
@@ -453,6 +455,14 @@ export class KerasMagicPanel extends Widget {
           )
         );
         break;
+      case 'waiting': {
+        const { title, hint } = waitingNotice(state, trans);
+        say(title, hint);
+        // The browser tests read which cell the panel waits for.
+        notice.dataset.waitingFor =
+          state.executionCount === null ? '' : String(state.executionCount);
+        break;
+      }
       case 'restarting':
         say(
           trans.__('The kernel is restarting'),

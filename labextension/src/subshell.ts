@@ -17,6 +17,50 @@
 
 import { Kernel, KernelMessage } from '@jupyterlab/services';
 
+/**
+ * What a kernel connection has for subshells since @jupyterlab/services 7.4 (JupyterLab 4.4);
+ * JupyterLab 4.0 to 4.3 have none of it, and a `subshellId` set there would be ignored: every
+ * message would still go to the main shell.
+ */
+interface ISubshellFields {
+  subshellId: string | null;
+}
+type SubshellConnection = Kernel.IKernelConnection & ISubshellFields;
+
+/** The connection with its subshell API, or null where this JupyterLab has none. */
+export function subshellApi(
+  kernel: Kernel.IKernelConnection
+): SubshellConnection | null {
+  // An accessor of KernelConnection's prototype where services has it, so `in` finds it.
+  return 'subshellId' in kernel ? (kernel as SubshellConnection) : null;
+}
+
+/** The subshell a connection's shell messages go to; null for the main shell. */
+export function subshellIdOf(
+  kernel: Kernel.IKernelConnection | null
+): string | null {
+  return (kernel && subshellApi(kernel)?.subshellId) ?? null;
+}
+
+/**
+ * Why the sidebar's comm goes over the main shell, where a running cell holds it back:
+ * - `no_subshells`: the kernel has none (ipykernel 6 and most other kernels);
+ * - `frontend`: the kernel has them, but this JupyterLab cannot address one (before 4.4);
+ * - `disabled`: the user turned comms over subshells off (JupyterLab's setting);
+ * - `no_answer`: the control channel did not answer, or refused a subshell.
+ */
+export type MainShellReason =
+  'no_subshells' | 'frontend' | 'disabled' | 'no_answer';
+
+/** What `openSubshellConnection` found: a subshell connection, or why there is none. */
+export interface ISubshellResult {
+  connection: Kernel.IKernelConnection | null;
+  /** Null when `connection` is set. */
+  reason: MainShellReason | null;
+  /** The kernel info's `implementation` (`ipython` for ipykernel) where it was read. */
+  kernelImplementation: string | null;
+}
+
 /** How long a control request may take before we do without (the main shell). */
 export const CONTROL_TIMEOUT_MS = 3000;
 /** How long `kernel.info` may take before we ask the control channel instead. */
@@ -74,51 +118,76 @@ export function controlRequest(
   });
 }
 
-/** Whether the kernel has subshells, asking the control channel if `kernel.info` waits. */
-export async function kernelSupportsSubshells(
-  kernel: Kernel.IKernelConnection
-): Promise<boolean> {
-  const known = await Promise.race([
-    kernel.info.then(
-      () => true,
-      () => false
-    ),
-    new Promise<boolean>(resolve =>
-      setTimeout(() => resolve(false), INFO_WAIT_MS)
-    )
-  ]);
-  if (known) {
-    return kernel.supportsSubshells;
-  }
-  const info = await controlRequest(kernel, 'kernel_info_request', {});
-  const features = info?.supported_features;
-  return Array.isArray(features) && features.includes('kernel subshells');
+/**
+ * The kernel's implementation from a kernel_info reply's content (`ipython` for ipykernel,
+ * whose `implementation_version` is IPython's, not its own), null without one.
+ */
+function implementationOf(info: { [key: string]: any } | null): string | null {
+  const name = info?.implementation;
+  return typeof name === 'string' && name ? name : null;
 }
 
 /**
- * A clone of `kernel`'s connection bound to a new subshell, or null where the kernel has
- * none, the user turned comms over subshells off, or the kernel did not answer.
+ * The kernel's info reply: `kernel.info` where it resolves at once, else the control channel's
+ * (after a page reload during a cell, `kernel.info` comes from the shell and waits for the
+ * cell); null where neither answered.
+ */
+async function kernelInfo(
+  kernel: Kernel.IKernelConnection
+): Promise<{ [key: string]: any } | null> {
+  const known = await Promise.race([
+    kernel.info.then(
+      info => info as unknown as { [key: string]: any },
+      () => null
+    ),
+    new Promise<null>(resolve => setTimeout(() => resolve(null), INFO_WAIT_MS))
+  ]);
+  return known ?? (await controlRequest(kernel, 'kernel_info_request', {}));
+}
+
+/**
+ * A clone of `kernel`'s connection bound to a new subshell, or why there is none: the kernel
+ * has none, this JupyterLab cannot use one, the user turned comms over subshells off, or the
+ * kernel did not answer.
  */
 export async function openSubshellConnection(
   kernel: Kernel.IKernelConnection
-): Promise<Kernel.IKernelConnection | null> {
+): Promise<ISubshellResult> {
+  const api = subshellApi(kernel);
   // JupyterLab's setting (Settings → Kernels → commsOverSubshells): "disabled" is the
   // user saying no subshells for comms; we follow it.
-  if ((kernel.commsOverSubshells as string | undefined) === 'disabled') {
-    return null;
+  const setting = (api as { commsOverSubshells?: unknown } | null)
+    ?.commsOverSubshells;
+  if (setting === 'disabled') {
+    return { connection: null, reason: 'disabled', kernelImplementation: null };
   }
-  if (!(await kernelSupportsSubshells(kernel))) {
-    return null;
+  const info = await kernelInfo(kernel);
+  const kernelImplementation = implementationOf(info);
+  const without = (reason: MainShellReason): ISubshellResult => ({
+    connection: null,
+    reason,
+    kernelImplementation
+  });
+  if (info === null) {
+    return without('no_answer');
+  }
+  // Read from the reply rather than `kernel.supportsSubshells`, which JupyterLab 4.0 lacks.
+  const features = info.supported_features;
+  if (!Array.isArray(features) || !features.includes('kernel subshells')) {
+    return without('no_subshells');
+  }
+  if (!api) {
+    return without('frontend');
   }
   const reply = await controlRequest(kernel, 'create_subshell_request', {});
   const subshellId = reply?.subshell_id;
   if (reply?.status !== 'ok' || typeof subshellId !== 'string') {
-    return null;
+    return without('no_answer');
   }
   if (kernel.isDisposed) {
-    return null;
+    return without('no_answer');
   }
-  const connection = kernel.clone({ handleComms: true });
+  const connection = kernel.clone({ handleComms: true }) as SubshellConnection;
   // The clone must handle comms (createComm refuses otherwise), but it also sees every
   // comm_open the kernel sends on IOPub (ipywidgets, other extensions) and, knowing none of
   // their targets, would close them in the kernel: a widget shown later would stop syncing.
@@ -130,12 +199,12 @@ export async function openSubshellConnection(
     void controlRequest(kernel, 'delete_subshell_request', {
       subshell_id: subshellId
     });
-    return null;
+    return without('frontend');
   }
   hooks._handleCommOpen = async () => undefined;
   // Set before the clone's websocket opens: its first kernel_info goes to the subshell.
   connection.subshellId = subshellId;
-  return connection;
+  return { connection, reason: null, kernelImplementation };
 }
 
 /**
@@ -147,10 +216,13 @@ export function releaseSubshellConnection(
   kernel: Kernel.IKernelConnection | null,
   kernelAlive: boolean
 ): void {
-  const subshellId = connection.subshellId;
+  const api = subshellApi(connection);
+  const subshellId = api?.subshellId ?? null;
   // Deleted here rather than by dispose(): that asks only once the clone has its kernel
   // info, and waits for an answer a restarted kernel never gives before it lets go.
-  connection.subshellId = null;
+  if (api) {
+    api.subshellId = null;
+  }
   if (subshellId && kernel && kernelAlive && !kernel.isDisposed) {
     void controlRequest(kernel, 'delete_subshell_request', {
       subshell_id: subshellId

@@ -42,11 +42,13 @@ def notebook(cells: list[str]) -> dict:
 class LabServer:
     """`app="lab"`: JupyterLab; `app="notebook"`: Jupyter Notebook 7, one document per page. Both
     are the same kind of server application (a LabServerApp), so they take the same options under
-    their own class name."""
+    their own class name. `python`: the interpreter whose Jupyter runs (this one by default; the
+    oldest supported stack's, `.venv-lab40/bin/python`, in tests/ui/test_jupyterlab_40.py). Its
+    server starts kernels with its own Python."""
 
     APPS = {"lab": "LabApp", "notebook": "JupyterNotebookApp"}
 
-    def __init__(self, root: Path, app: str = "lab") -> None:
+    def __init__(self, root: Path, app: str = "lab", python: str = sys.executable) -> None:
         if not Path(CHROMIUM).exists():
             # A missing browser fails (never skips): a green run must mean the sidebar was tested.
             pytest.fail(
@@ -67,7 +69,7 @@ class LabServer:
                    # TF's CPU allocator keeps the statistics the panel shows only with oneDNN on,
                    # which TF turns on by itself on Intel CPUs but not on AMD ones (CI's machine).
                    TF_ENABLE_ONEDNN_OPTS=os.environ.get("TF_ENABLE_ONEDNN_OPTS", "1"))
-        args = [sys.executable, "-m", "jupyter", app, "--no-browser", f"--port={self.port}",
+        args = [python, "-m", "jupyter", app, "--no-browser", f"--port={self.port}",
                 "--ServerApp.ip=127.0.0.1", f"--IdentityProvider.token={self.token}",
                 f"--ServerApp.root_dir={root}", f"--{app_class}.expose_app_in_browser=True",
                 f"--{app_class}.workspaces_dir={home / 'workspaces'}",
