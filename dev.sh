@@ -185,6 +185,7 @@ case "${1:-}" in
     if [ "$stacks" = 1 ]; then
       wheel=$(build_wheel)
       setup_colab_stack "$wheel"
+      setup_lab40_stack "$wheel"
     fi
     status=0
     "$VENV/bin/python" -m pytest "$@" || status=$?
