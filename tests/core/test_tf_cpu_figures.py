@@ -205,3 +205,16 @@ def test_the_wording_names_the_case(monkeypatch, onednn, says):
         monkeypatch.setenv("TF_ENABLE_ONEDNN_OPTS", onednn)
     why = tf_probe.cpu_stats_missing("CPU:0")
     assert why.reason == "not_supported" and says in why.detail and REMEDY in why.detail
+
+
+@pytest.mark.unit
+def test_the_protocol_fixture_carries_todays_wording(monkeypatch):
+    # tests/protocol_fixtures/sample_tf_cpu_no_statistics.json is what both sides' validators (and
+    # the sidebar's jest checks) see: it must stay the probe's own sentence.
+    from pathlib import Path
+
+    monkeypatch.delenv("TF_CPU_ALLOCATOR_USE_BFC", raising=False)
+    monkeypatch.delenv("TF_ENABLE_ONEDNN_OPTS", raising=False)
+    path = Path(__file__).parents[1] / "protocol_fixtures" / "sample_tf_cpu_no_statistics.json"
+    sample = json.loads(path.read_text())["data"]
+    assert sample["tf"]["devices"]["CPU:0"]["in_use_bytes"] == tf_probe.cpu_stats_missing("CPU:0").to_dict()
