@@ -90,11 +90,13 @@ def main() -> None:
           f"{'256 MiB tensor in use':>22s} {'RSS back on delete':>19s}")
     for name, results in runs.items():
         per_fit = statistics.median(s for r in results for s in r["fit_s"][1:])
+        spread = ", ".join(f"{statistics.median(r['fit_s'][1:]):.3f}" for r in results)
         rss = statistics.median(r["rss_after_fits"] for r in results) / MiB
         tensor = results[0]["tensor_in_use"]
         returned = statistics.median(r["rss_returned"] for r in results) / MiB
         shown = "n/a (no statistics)" if tensor is None else f"{tensor / MiB:.1f} MiB"
-        print(f"{name:40s} {per_fit:24.3f} {rss:11.0f} MiB {shown:>22s} {returned:15.0f} MiB")
+        print(f"{name:40s} {per_fit:24.3f} {rss:11.0f} MiB {shown:>22s} {returned:15.0f} MiB"
+              f"   (s/fit per process: {spread})")
 
 
 if __name__ == "__main__":
