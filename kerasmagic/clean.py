@@ -487,6 +487,10 @@ def _still_held(shell, report: CleanReport) -> list[str]:
     stats = tf_probe.allocator_stats()
     if not isinstance(stats, Unavailable):
         for device, s in stats.items():
+            if isinstance(s["in_use_bytes"], Unavailable):
+                # Neither what the steps freed from TF nor what its pool holds can be said: why, and the remedy.
+                held.append(s["in_use_bytes"].detail)
+                continue
             unused = s["held_unused_min_bytes"]
             if isinstance(unused, int) and unused >= 1 << 20:
                 held.append(

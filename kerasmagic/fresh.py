@@ -51,11 +51,14 @@ class FreshModelResult(Report):
         if self.clean.registry is not None and self.clean.registry.purged:
             before.add("gradient registry", f"{self.clean.registry.purged} purged", "dead CustomGradient entries")
         before.notes.extend(f"dropped {item}" for item in self.clean.dropped)
+        cell = self.cell._sections()
+        # A sentence the cell's sections already give (why TF has no CPU figures) is said once.
+        said = {note.removeprefix("n/a: ") for section in cell for note in section.notes}
         held = Section("Still held before the cell")
-        held.notes.extend(self.clean.still_held)
+        held.notes.extend(item for item in self.clean.still_held if item not in said)
         hints = Section("Hints")
         hints.notes.extend(self.hints)
-        return [before, *self.cell._sections(), held, hints]
+        return [before, *cell, held, hints]
 
 
 class fresh_model:  # noqa: N801 - used like a function: `with fresh_model():`

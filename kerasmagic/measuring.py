@@ -212,6 +212,9 @@ class CellMeasurement(Record, Report):
             tf = Section("TensorFlow allocator")
             for device in devices:
                 before, after = self.tf_before.get(device, 0), self.tf_after.get(device)
+                if isinstance(after, Unavailable):  # no statistics (a CPU without oneDNN): why, and the remedy
+                    tf.add_missing(f"{device} in use change, peak", after, "TF allocator")
+                    continue
                 tf.add(f"{device} in use change", format_bytes(_delta(after, before), signed=True),
                        f"{format_bytes(before)} → {format_bytes(after)}")
                 tf.add(f"{device} peak", format_bytes(self.tf_peak.get(device)), "TF allocator, this cell")
@@ -322,6 +325,9 @@ class measure:  # noqa: N801 - lower case on purpose: used like a function, `wit
             result.tf_after = {d: s["in_use_bytes"] for d, s in stats.items()}
             self._fold_tf_peaks({d: s["peak_bytes"] for d, s in stats.items()})
             result.tf_peak = dict(self._tf_peak_carried)
+            # A device without statistics says why in to_dict() too, rather than being left out.
+            result.tf_peak.update({d: s["in_use_bytes"] for d, s in stats.items()
+                                   if isinstance(s["in_use_bytes"], Unavailable) and d not in result.tf_peak})
         result.gpu_after = _safe(_gpu_process_bytes, "reading NVML")
         keep_largest(self._gpu_peak_carried, _safe(_torch_peaks, "reading torch's peaks"))
         result.gpu_peak = dict(self._gpu_peak_carried)

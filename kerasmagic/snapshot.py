@@ -159,6 +159,10 @@ class MemorySnapshot(Record, Report):
             section.add("allocator", str(allocator), "")
         else:
             for device, stats in (allocator or {}).items():
+                if isinstance(stats["in_use_bytes"], Unavailable):
+                    # No statistics (a CPU without oneDNN): one row, and why with the remedy.
+                    section.add_missing(f"{device} in use, peak, held", stats["in_use_bytes"], "TF allocator")
+                    continue
                 section.add(f"{device} in use", format_bytes(stats["in_use_bytes"]), "TF allocator")
                 section.add(f"{device} peak", format_bytes(stats["peak_bytes"]), "TF allocator")
                 section.add(

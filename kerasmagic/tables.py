@@ -68,6 +68,23 @@ class Section:
     def add(self, label: str, value: str, source: str = "") -> None:
         self.rows.append((label, value, source))
 
+    def add_missing(self, label: str, why: Unavailable, source: str = "") -> None:
+        """A figure that is missing for a reason worth a sentence: ``n/a`` in its row (the
+        columns stay narrow), the sentence once below the section, however many rows share it.
+
+        Example:
+            >>> s = Section("TensorFlow")
+            >>> s.add_missing("CPU:0 in use", Unavailable("not_supported", "no statistics: set X=1"), "TF allocator")
+            >>> s.add_missing("CPU:0 peak", Unavailable("not_supported", "no statistics: set X=1"))
+            >>> s.rows, s.notes
+            ([('CPU:0 in use', 'n/a', 'TF allocator; why below'), ('CPU:0 peak', 'n/a', 'why below')], \
+['n/a: no statistics: set X=1'])
+        """
+        self.rows.append((label, "n/a", f"{source}; why below" if source else "why below"))
+        note = f"n/a: {why.detail or why.reason.replace('_', ' ')}"
+        if note not in self.notes:
+            self.notes.append(note)
+
 
 def render_text(title: str, sections: list[Section]) -> str:
     """Sections as aligned plain text, for terminals and logs.

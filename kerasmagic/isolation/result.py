@@ -240,7 +240,10 @@ class IsolatedResult(Record, Report):
             child.add("PSS at the end", format_bytes(self.child_pss_bytes),
                       f"pages shared with the template counted once{uss}")
         for device, peak in sorted(self.child_tf_peak.items()):
-            child.add(f"TF {device} peak", format_bytes(peak), "TF allocator, worker")
+            if isinstance(peak, Unavailable):  # no statistics (a CPU without oneDNN): why, and the remedy
+                child.add_missing(f"TF {device} peak", peak, "TF allocator, worker")
+            else:
+                child.add(f"TF {device} peak", format_bytes(peak), "TF allocator, worker")
         self._allocator_rows(child)
         for device, peak in sorted(self.child_gpu_peak.items()):
             child.add(f"{device} peak", format_bytes(peak), self._nvml_peak_source())

@@ -29,7 +29,7 @@ from typing import Any
 from .. import events
 from ..probes.availability import guarded
 from ..probes.process import rss_bytes
-from ..probes.sample import gpu_device_values, keep_largest, tf_device_values
+from ..probes.sample import gpu_device_values, keep_largest, tf_device_missing, tf_device_values
 from ..records import NOT_WIRE, wire_dict
 from .errors import (
     IsolatedCellError,
@@ -332,6 +332,8 @@ class JobRun:
         if isinstance(rss, int):
             result.child_rss_peak_bytes = max(result.child_rss_peak_bytes or 0, rss)
         keep_largest(result.child_tf_peak, tf_device_values(sample.get("tf"), "peak_bytes"))
+        for device, why in tf_device_missing(sample.get("tf"), "in_use_bytes").items():
+            result.child_tf_peak.setdefault(device, why)  # the report says why there is no peak
         keep_largest(result.child_gpu_peak, gpu_device_values(sample.get("gpu"), "process_used_bytes"))
         result.fold_allocators(sample.get("allocators"))
 

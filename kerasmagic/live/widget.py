@@ -28,7 +28,7 @@ from collections import deque
 from typing import Any, TypeGuard
 
 from ..compat import widget_mimebundle, widgets_render_here
-from ..probes.sample import allocator_total
+from ..probes.sample import allocator_total, tf_device_missing
 from ..tables import format_bytes
 
 __all__ = ["LIVE_MODES", "DisplayLiveView", "LiveView", "show_live", "sparkline_svg", "stop_current"]
@@ -213,7 +213,11 @@ class _ViewState:
         tf = sample.get("tf")
         in_use, unused = _tf_totals(tf, gpu=False)
         if in_use is None:
-            rows.append(("TensorFlow allocator", _MISSING, _why(tf) or "no CPU allocator statistics"))
+            # Not running (the sample's tf says why), or a CPU without statistics (the device's figure says why).
+            missing = next((why for device, why in tf_device_missing(tf, "in_use_bytes").items()
+                            if "GPU" not in device), None)
+            rows.append(("TensorFlow allocator", _MISSING,
+                         _why(tf) or (missing.detail if missing is not None else "no CPU allocator statistics")))
         else:
             rows.append(
                 ("TensorFlow allocator", f"{_bytes(in_use)} in use / {_bytes(in_use + (unused or 0))} held",

@@ -23,8 +23,8 @@ from . import tensorflow as tf_probe
 from .availability import Unavailable, guarded, to_jsonable
 
 __all__ = ['GPU_FRAMEWORKS', 'allocator_total', 'gpu_allocator_parts', 'gpu_device_values', 'gpu_framework_imported',
-           'gpu_part', 'is_count', 'jax_part', 'keep_largest', 'memory_sample', 'tf_device_values', 'tf_part',
-           'torch_part']
+           'gpu_part', 'is_count', 'jax_part', 'keep_largest', 'memory_sample', 'tf_device_missing', 'tf_device_values',
+           'tf_part', 'torch_part']
 
 #: The frameworks whose import makes a process worth asking NVML about.
 GPU_FRAMEWORKS = ("tensorflow", "torch", "jax")
@@ -163,6 +163,29 @@ def tf_device_values(tf: Any, key: str) -> dict[str, Any]:
         return {}
     return {name: stats[key] for name, stats in devices.items()
             if isinstance(stats, dict) and is_count(stats.get(key))}
+
+
+def tf_device_missing(tf: Any, key: str) -> dict[str, Unavailable]:
+    """``{device: why}`` for the devices of a sample's ``tf`` that lack one allocator figure
+    (a CPU without oneDNN: :func:`kerasmagic.probes.tensorflow.cpu_stats_missing`), the wire
+    form turned back into ``Unavailable``.
+
+    Example:
+        >>> why = {"status": "unavailable", "reason": "not_supported", "detail": "no statistics"}
+        >>> tf_device_missing({"status": "running", "devices": {"CPU:0": {"peak_bytes": why}}}, "peak_bytes")
+        {'CPU:0': Unavailable(reason='not_supported', detail='no statistics')}
+    """
+    devices = tf.get("devices") if isinstance(tf, dict) else None
+    if not isinstance(devices, dict):
+        return {}
+    missing = {}
+    for name, stats in devices.items():
+        value = stats.get(key) if isinstance(stats, dict) else None
+        if isinstance(value, Unavailable):
+            missing[name] = value
+        elif isinstance(value, dict) and value.get("status") == "unavailable":
+            missing[name] = Unavailable(str(value.get("reason") or "error"), str(value.get("detail") or ""))
+    return missing
 
 
 def allocator_total(tf: Any, key: str = "in_use_bytes", *, gpu: bool | None = None) -> Any:

@@ -3,19 +3,27 @@
 ``tf.config.experimental.get_memory_info`` starts TensorFlow's runtime if it is not running
 yet (the process goes from 2 to 6+ threads), so every allocator read first checks that the
 eager context is already initialised.
+
+TensorFlow keeps statistics for its CPU allocator only where that allocator is a pool: with
+oneDNN on (TensorFlow turns it on by itself on Intel CPUs, not on AMD ones) or with
+``TF_CPU_ALLOCATOR_USE_BFC=1`` (any CPU). Elsewhere the figures are missing, and
+:func:`cpu_stats_missing` is the one place that says why and what to do, for every report
+and the sidebar alike. The probe never sets that variable itself: it changes how TensorFlow
+manages memory, which is the user's call.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 from typing import Any
 
 from .availability import Unavailable, guarded
 
-__all__ = ['allocator_stats', 'custom_gradient_entries', 'default_graph_op_count', 'device_names', 'executing_eagerly',
-           'gradient_registry', 'module', 'reset_peaks', 'runtime_started', 'snapshot', 'status', 'version',
-           'version_tuple']
+__all__ = ['CPU_STATS_VARIABLE', 'allocator_stats', 'cpu_stats_missing', 'custom_gradient_entries',
+           'default_graph_op_count', 'device_names', 'executing_eagerly', 'gradient_registry', 'module', 'reset_peaks',
+           'runtime_started', 'snapshot', 'status', 'version', 'version_tuple']
 
 #: TF's BFC pool never shrinks, so the largest peak we have ever seen on a device is a lower
 #: bound of what TF holds there. We keep it ourselves because measuring a cell resets TF's
@@ -92,17 +100,73 @@ def device_names() -> list[str]:
     return [d.name.replace("/device:", "") for d in tf.config.list_logical_devices()]
 
 
+#: TensorFlow's own switch for a CPU allocator that keeps statistics: its BFC pool, the kind
+#: oneDNN's allocator is. ``ProcessState::GetCPUAllocator`` reads it once, when the runtime
+#: creates its CPU device (TF 2.21: set after ``import tensorflow`` but before the first op it
+#: works, set after the first op it does not).
+CPU_STATS_VARIABLE = "TF_CPU_ALLOCATOR_USE_BFC"
+
+#: What the remedy changes, measured on TF 2.21 with oneDNN off (benchmarks/bench_cpu_allocator_stats.py):
+#: a deleted 256 MiB tensor stays in the process (RSS +256 MiB, reused by later tensors) where
+#: plain malloc gives it back; the pool is capped at 64 GiB (TF_CPU_BFC_MEM_LIMIT_IN_MB, in
+#: TF's process_state.cc), beyond which TF raises ResourceExhaustedError.
+_REMEDY = (f"Set {CPU_STATS_VARIABLE}=1 before TensorFlow starts (restart the kernel if it already ran) for "
+           "them: its CPU allocator then pools freed memory for reuse, as with oneDNN, instead of returning it "
+           "to the OS, and caps it at 64 GiB (TF_CPU_BFC_MEM_LIMIT_IN_MB raises the cap).")
+
+
+def _env_flag(name: str) -> bool | None:
+    """An environment variable as TF's ReadBoolFromEnvVar reads it: True, False, or None (unset or unreadable)."""
+    value = os.environ.get(name, "").strip().lower()
+    return {"1": True, "true": True, "0": False, "false": False}.get(value)
+
+
+def cpu_stats_missing(device: str = "CPU:0") -> Unavailable:
+    """Why TensorFlow has no allocator statistics for a CPU device, the remedy and what it costs.
+
+    The one wording every report (``%tf_mem``, ``%%tf_mem``, ``%clear_tf``, ``%%fresh_model``,
+    an isolated job's) and the sidebar show where TF's CPU figures are missing. It reads the
+    environment only to say which case this is; it changes nothing.
+
+    Example:
+        >>> print(cpu_stats_missing().detail)       # an AMD CPU, neither variable set  # doctest: +SKIP
+        TensorFlow keeps no allocator statistics for CPU:0 without oneDNN (TensorFlow turns it on only on Intel
+        CPUs). Set TF_CPU_ALLOCATOR_USE_BFC=1 before TensorFlow starts (restart the kernel if it already ran) for
+        them: its CPU allocator then pools freed memory for reuse, as with oneDNN, instead of returning it to the
+        OS, and caps it at 64 GiB (TF_CPU_BFC_MEM_LIMIT_IN_MB raises the cap).
+    """
+    if _env_flag(CPU_STATS_VARIABLE):
+        # Set now, yet no statistics: TF read the variable when its runtime started, before this.
+        return Unavailable("not_supported", (
+            f"TensorFlow keeps no allocator statistics for {device}: {CPU_STATS_VARIABLE}=1 is set now, but "
+            "TensorFlow read it when its runtime started, before that. Restart the kernel with it set before the "
+            "first TensorFlow operation."))
+    asked = _env_flag("TF_ENABLE_ONEDNN_OPTS")
+    if asked is False:
+        onednn = "turned off by TF_ENABLE_ONEDNN_OPTS=0"
+    elif asked:
+        # Read at import (TF 2.21: set to 1 after `import tensorflow`, still no statistics).
+        onednn = "TF_ENABLE_ONEDNN_OPTS=1 was set after TensorFlow was imported"
+    else:
+        onednn = "TensorFlow turns it on only on Intel CPUs"
+    return Unavailable("not_supported",
+                       f"TensorFlow keeps no allocator statistics for {device} without oneDNN ({onednn}). {_REMEDY}")
+
+
 def _memory_info(device: str) -> dict[str, int] | Unavailable:
     tf = module()
     try:
         return tf.config.experimental.get_memory_info(device)
     except ValueError:
-        # Raised for CPU:0 when oneDNN is off: TF then uses plain malloc and keeps no pool.
-        return Unavailable(
-            "not_supported",
-            f"TensorFlow keeps no allocator statistics for {device} "
-            "(on CPU they exist only with oneDNN on)",
-        )
+        # Raised for a CPU device whose allocator keeps no statistics: TF's default CPU
+        # allocator (plain malloc) without oneDNN. Its statistics can be switched on only by
+        # tsl::EnableCPUAllocatorStats(), which no public API reaches (in TF 2.21 its one
+        # caller is grappler's SingleMachine), and even then they count 0 bytes: they add up
+        # MallocExtension_GetAllocatedSize, which is 0 without tcmalloc (measured through
+        # ctypes: a 256 MiB tensor read 'current': 0). So the only remedy is the BFC pool.
+        if device.startswith("GPU"):
+            return Unavailable("not_supported", f"TensorFlow keeps no allocator statistics for {device}")
+        return cpu_stats_missing(device)
 
 
 def allocator_stats() -> dict[str, dict[str, Any]] | Unavailable:
@@ -124,7 +188,10 @@ def allocator_stats() -> dict[str, dict[str, Any]] | Unavailable:
     for device in device_names():
         info = _memory_info(device)
         if isinstance(info, Unavailable):
-            result[device] = {"in_use_bytes": info, "peak_bytes": info, "held_unused_min_bytes": info}
+            # The why (and remedy) once per device: a sample carries it every second, and the
+            # sidebar's history message up to 900 samples.
+            pointer = Unavailable(info.reason, f"no statistics for {device}: in_use_bytes says why")
+            result[device] = {"in_use_bytes": info, "peak_bytes": pointer, "held_unused_min_bytes": pointer}
             continue
         with _high_water_lock:
             high = max(_pool_high_water.get(device, 0), info["peak"])

@@ -66,9 +66,12 @@ class LabServer:
         home = root / "home"
         env = dict(os.environ, JUPYTER_CONFIG_DIR=str(home / "config"), JUPYTER_RUNTIME_DIR=str(home / "runtime"),
                    TF_CPP_MIN_LOG_LEVEL="3", PYTHONUNBUFFERED="1",
-                   # TF's CPU allocator keeps the statistics the panel shows only with oneDNN on,
-                   # which TF turns on by itself on Intel CPUs but not on AMD ones (CI's machine).
-                   TF_ENABLE_ONEDNN_OPTS=os.environ.get("TF_ENABLE_ONEDNN_OPTS", "1"))
+                   # The panel's TF rows and headline need TF's CPU allocator statistics. TF keeps
+                   # them with oneDNN, on by itself on Intel CPUs but not on AMD ones (CI's machine),
+                   # or on any CPU with this set before TF starts: the kernels get it. A run can
+                   # pass TF_CPU_ALLOCATOR_USE_BFC=0 (with TF_ENABLE_ONEDNN_OPTS=0) to see the panel
+                   # say why and the remedy instead (test_timeline checks both).
+                   TF_CPU_ALLOCATOR_USE_BFC=os.environ.get("TF_CPU_ALLOCATOR_USE_BFC", "1"))
         args = [python, "-m", "jupyter", app, "--no-browser", f"--port={self.port}",
                 "--ServerApp.ip=127.0.0.1", f"--IdentityProvider.token={self.token}",
                 f"--ServerApp.root_dir={root}", f"--{app_class}.expose_app_in_browser=True",
