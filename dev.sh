@@ -51,18 +51,19 @@ setup_python() {
   "$VENV/bin/python" -m pip install -q --no-deps "tf-keras==${tf_minor}.*"
 }
 
-# The wheel users install: what the pinned stacks get (the extension inside, prebuilt by the
-# editable install's build). Prints its path.
+# A wheel of this checkout for the pinned stacks, built as a release is but with the extension
+# the editable install built (its development bundle: the same code, unminified). Prints its path.
 build_wheel() {
   rm -rf dist
   "$VENV/bin/python" -m pip wheel -q --no-deps -w dist . >&2
   ls dist/kerasmagic-*.whl
 }
 
-# Python 3.12, Colab's (TF 2.19 has no 3.13 build); the default python3 where none is found.
+# Python 3.12, Colab's (TF 2.19 has no 3.13 build): $COLAB_PYTHON, python3.12, or pyenv's; the
+# default python3 where none is found (TF 2.19 runs on 3.11 too; the log says which was used).
 colab_python() {
   local candidate
-  for candidate in python3.12 "$(command -v pyenv >/dev/null 2>&1 && pyenv root)"/versions/3.12*/bin/python3.12; do
+  for candidate in ${COLAB_PYTHON:-} python3.12 "$(command -v pyenv >/dev/null 2>&1 && pyenv root)"/versions/3.12*/bin/python3.12; do
     if "$candidate" -c 'import venv' >/dev/null 2>&1; then echo "$candidate"; return; fi
   done
   echo "$PYTHON"
@@ -78,9 +79,10 @@ setup_colab_stack() {
   fi
   "$venv/bin/python" -m pip install -q -r tests/stacks/colab-pins.txt
   "$venv/bin/python" -m pip uninstall -q -y kerasmagic tf-keras >/dev/null 2>&1 || true
-  log "installing the wheel beside Colab's pins with a plain pip install"
+  "$venv/bin/python" -m pip freeze --all > "$venv/before-wheel.txt"
+  log "installing the wheel beside Colab's pins with a plain pip install ($("$venv/bin/python" -V))"
   "$venv/bin/python" -m pip install -q "$wheel"
-  "$venv/bin/python" tests/stacks/check_pins.py tests/stacks/colab-pins.txt
+  "$venv/bin/python" tests/stacks/check_pins.py tests/stacks/colab-pins.txt --before "$venv/before-wheel.txt"
   "$venv/bin/python" -m pip check
   # Colab has tf_keras too; like .venv's, without the full `tensorflow` it depends on.
   "$venv/bin/python" -m pip install -q --no-deps "tf-keras==2.19.*"

@@ -63,7 +63,8 @@ def load_ipython_extension(ipython) -> None:
     """``%load_ext kerasmagic``: register the magics (and the live channel in a kernel).
 
     On a stack older than kerasmagic supports it prints one line saying what to install and
-    loads nothing: no traceback from our internals, and the kernel goes on as it was.
+    loads nothing: no traceback from our internals, and the kernel goes on as it was. IPython
+    counts the extension as loaded all the same, so the line asks for a restart after the upgrade.
     """
     import sys  # noqa: PLC0415 - only %load_ext needs it
 

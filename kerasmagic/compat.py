@@ -12,7 +12,6 @@ the newer API is always there: when every supported stack has it, the shim goes.
 | :func:`display_functions_module`       | IPython < 8.0             | IPython 8.0                       |
 | :func:`counts_up_at_start`             | (IPython 9.8 changed it)  | IPython 9.8 (no feature to probe) |
 | :func:`kernel_comm_manager`            | ipykernel < 6.18          | ipykernel 6.18                    |
-| :func:`widget_mimebundle`              | ipywidgets < 8.0          | ipywidgets 8.0                    |
 | :func:`widgets_render_here`            | Colab: ipywidgets 8 only  | (Colab's frontend: colabtools#3020) |
 | :func:`unsupported_stack`              | IPython < 7.34, ipykernel < 5.5.6: never run, refused in one line | |
 
@@ -37,7 +36,6 @@ __all__ = [
     "kernel_comm_manager",
     "output_can_be_silenced",
     "semicolon_at_end_of_expression",
-    "widget_mimebundle",
     "widgets_render_here",
 ]
 
@@ -174,31 +172,6 @@ def kernel_comm_manager(kernel: Any) -> Any:
     return comm.get_comm_manager()
 
 
-def widget_mimebundle(widget: Any, **kwargs: Any) -> dict[str, Any] | None:
-    """What a notebook shows for ``widget``: ipywidgets 8's ``_repr_mimebundle_``; ipywidgets 7
-    has none (it displays itself through ``_ipython_display_``), so its view's bundle is built
-    as ipywidgets 7 builds it.
-
-    Example:
-        >>> class Widget8:
-        ...     def _repr_mimebundle_(self, **kwargs):
-        ...         return {"text/plain": "w"}
-        >>> widget_mimebundle(Widget8())
-        {'text/plain': 'w'}
-    """
-    own = getattr(widget, "_repr_mimebundle_", None)
-    if own is not None:
-        return own(**kwargs)
-    if getattr(widget, "_view_name", None) is None or getattr(widget, "comm", None) is None:
-        return None
-    return {
-        "text/plain": repr(widget),
-        "application/vnd.jupyter.widget-view+json": {
-            "version_major": 2, "version_minor": 0, "model_id": widget._model_id,
-        },
-    }
-
-
 def widgets_render_here(ipywidgets_version: str | None = None) -> tuple[bool, str]:
     """Whether this notebook's frontend renders ipywidgets, and why we think so.
 
@@ -230,7 +203,8 @@ def widgets_render_here(ipywidgets_version: str | None = None) -> tuple[bool, st
 
 
 #: The oldest of each package kerasmagic loads on: Colab's pins (tests/stacks/colab-pins.txt) for
-#: IPython; ipykernel 5.5.6 ran Colab until 2025-02 and needs no shim beyond 6.17's.
+#: IPython. ipykernel 5.5.6 ran Colab until 2025-02; it is let load, untested (CI's oldest is 6.17.1,
+#: whose comm manager it shares).
 OLDEST_SUPPORTED = {"IPython": (7, 34), "ipykernel": (5, 5, 6)}
 
 

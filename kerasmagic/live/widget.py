@@ -10,8 +10,8 @@ runs marked ``[n]`` on its chart. It comes in two kinds, and says which one it i
   ipywidgets 7 and 8.
 * ``display``: one output updated in place through its display id, for frontends that cannot
   render widgets (Colab with ipywidgets 8 and no custom widget manager; no ipywidgets at all).
-  Frontends that route display updates by id (classic Notebook, VS Code, Colab) keep it live
-  after the cell ends; JupyterLab updates it only while its cell runs (use the sidebar there).
+  Frontends that route display updates by id keep it live after the cell ends (classic
+  Notebook 6 and JupyterLab 4.6 do: tests/ui/test_live_view.py).
 
 ``auto`` (the default) picks ``widgets`` where they render (:func:`kerasmagic.compat.widgets_render_here`).
 There is at most one running view per kernel: showing a new one stops the previous one (a
@@ -27,7 +27,7 @@ import uuid
 from collections import deque
 from typing import Any, TypeGuard
 
-from ..compat import widget_mimebundle, widgets_render_here
+from ..compat import widgets_render_here
 from ..probes.sample import allocator_total, tf_device_missing
 from ..tables import format_bytes
 
@@ -375,9 +375,6 @@ class LiveView(_LiveViewBase):
         from IPython.display import display  # noqa: PLC0415
 
         display(self.widget)
-
-    def _repr_mimebundle_(self, **kwargs):
-        return widget_mimebundle(self.widget, **kwargs)
 
 
 class DisplayLiveView(_LiveViewBase):

@@ -5,7 +5,8 @@ yet (the process goes from 2 to 6+ threads), so every allocator read first check
 eager context is already initialised.
 
 TensorFlow keeps statistics for its CPU allocator only where that allocator is a pool: with
-oneDNN on (TensorFlow turns it on by itself on Intel CPUs, not on AMD ones) or with
+oneDNN on (TensorFlow turns it on by itself only on CPUs with neural-network instructions:
+AVX512-VNNI, AVX512-BF16, AVX-VNNI or AMX; not on older Intel or most AMD CPUs) or with
 ``TF_CPU_ALLOCATOR_USE_BFC=1`` (any CPU). Elsewhere the figures are missing, and
 :func:`cpu_stats_missing` is the one place that says why and what to do, for every report
 and the sidebar alike. The probe never sets that variable itself: it changes how TensorFlow
@@ -129,11 +130,12 @@ def cpu_stats_missing(device: str = "CPU:0") -> Unavailable:
     environment only to say which case this is; it changes nothing.
 
     Example:
-        >>> print(cpu_stats_missing().detail)       # an AMD CPU, neither variable set  # doctest: +SKIP
-        TensorFlow keeps no allocator statistics for CPU:0 without oneDNN (TensorFlow turns it on only on Intel
-        CPUs). Set TF_CPU_ALLOCATOR_USE_BFC=1 before TensorFlow starts (restart the kernel if it already ran) for
-        them: its CPU allocator then pools freed memory for reuse, as with oneDNN, instead of returning it to the
-        OS, and caps it at 64 GiB (TF_CPU_BFC_MEM_LIMIT_IN_MB raises the cap).
+        >>> print(cpu_stats_missing().detail)       # a CPU without VNNI/AMX, neither variable set  # doctest: +SKIP
+        TensorFlow keeps no allocator statistics for CPU:0 without oneDNN (TensorFlow turns it on by itself only
+        on CPUs with AVX512-VNNI, AVX512-BF16, AVX-VNNI or AMX). Set TF_CPU_ALLOCATOR_USE_BFC=1 before
+        TensorFlow starts (restart the kernel if it already ran) for them: its CPU allocator then pools freed
+        memory for reuse, as with oneDNN, instead of returning it to the OS, and caps it at 64 GiB
+        (TF_CPU_BFC_MEM_LIMIT_IN_MB raises the cap).
     """
     if _env_flag(CPU_STATS_VARIABLE):
         # Set now, yet no statistics: TF read the variable when its runtime started, before this.
@@ -148,7 +150,8 @@ def cpu_stats_missing(device: str = "CPU:0") -> Unavailable:
         # Read at import (TF 2.21: set to 1 after `import tensorflow`, still no statistics).
         onednn = "TF_ENABLE_ONEDNN_OPTS=1 was set after TensorFlow was imported"
     else:
-        onednn = "TensorFlow turns it on only on Intel CPUs"
+        # TF's DefaultOneDnnPolicy (core/util/port.cc) on Linux: a CPU feature test, not a vendor one.
+        onednn = "TensorFlow turns it on by itself only on CPUs with AVX512-VNNI, AVX512-BF16, AVX-VNNI or AMX"
     return Unavailable("not_supported",
                        f"TensorFlow keeps no allocator statistics for {device} without oneDNN ({onednn}). {_REMEDY}")
 

@@ -23,9 +23,11 @@ export function waitingNotice(
 ): IWaitingNotice {
   const title =
     state.executionCount === null
-      ? trans.__('Attached; the kernel answers after the running cell ends')
+      ? trans.__(
+          'Waiting for the kernel: it answers after the running cell ends'
+        )
       : trans.__(
-          'Attached; the kernel answers after cell [%1] ends',
+          'Waiting for the kernel: it answers after cell [%1] ends',
           state.executionCount
         );
   const kernel = state.kernelImplementation;

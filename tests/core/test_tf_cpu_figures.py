@@ -1,4 +1,4 @@
-"""TensorFlow's CPU figures without oneDNN (AMD's CPUs, CI's machine): said why, or real with the remedy.
+"""TensorFlow's CPU figures without oneDNN (CPUs without VNNI/AMX, CI's machine): said why, or real with the remedy.
 
 Each session runs in its own interpreter with ``TF_ENABLE_ONEDNN_OPTS=0``, which simulates a CPU where
 TensorFlow leaves oneDNN off (it decides at import). There TF 2.21 keeps no CPU allocator statistics
@@ -93,7 +93,7 @@ SESSION = textwrap.dedent('''
 def _session(**env: str) -> dict:
     environment = {key: value for key, value in os.environ.items()
                    if key not in ("TF_CPU_ALLOCATOR_USE_BFC", "TF_USE_LEGACY_KERAS")}
-    # oneDNN off, as TensorFlow leaves it on AMD CPUs; set before TensorFlow is imported.
+    # oneDNN off, as TensorFlow leaves it on CPUs without VNNI/AMX; set before TensorFlow is imported.
     environment.update(TF_CPP_MIN_LOG_LEVEL="3", TF_ENABLE_ONEDNN_OPTS="0", **env)
     done = subprocess.run([sys.executable, "-c", SESSION], capture_output=True, text=True, timeout=600,
                           env=environment)
@@ -192,7 +192,7 @@ def test_a_remedy_set_after_tensorflow_started_is_called_too_late():
 
 @pytest.mark.unit
 @pytest.mark.parametrize(("onednn", "says"), [
-    (None, "TensorFlow turns it on only on Intel CPUs"),
+    (None, "TensorFlow turns it on by itself only on CPUs with AVX512-VNNI, AVX512-BF16, AVX-VNNI or AMX"),
     ("0", "turned off by TF_ENABLE_ONEDNN_OPTS=0"),
     ("false", "turned off by TF_ENABLE_ONEDNN_OPTS=0"),
     ("1", "TF_ENABLE_ONEDNN_OPTS=1 was set after TensorFlow was imported"),

@@ -146,10 +146,11 @@ def test_live_view_in_classic_notebook_widgets_then_in_place(classic, page, arti
     assert "[3]" in _live_text(page, 3), "the in-place view marks the cells the kernel remembers"
 
 
-def test_live_widgets_in_jupyterlab_update_after_the_cell(lab, page):
+def test_live_widgets_and_the_in_place_view_in_jupyterlab_update_after_the_cell(lab, page):
     cells = [
         "%load_ext kerasmagic\nfrom kerasmagic.live import channel\nchannel.active_channel().sampler.set_interval(0.3)",
         "%tf_mem --live",
+        "%tf_mem --live display",
     ]
     (lab.root / "live.ipynb").write_text(json.dumps(notebook(cells)))
     page.goto(lab.lab_url("live.ipynb"))
@@ -167,3 +168,13 @@ def test_live_widgets_in_jupyterlab_update_after_the_cell(lab, page):
     # The kernel is idle: the sampler thread still redraws the chart.
     page.wait_for_function("(before) => { const svg = document.querySelector('.jp-OutputArea-output .widget-vbox svg');"
                            " return svg && svg.innerHTML !== before; }", arg=chart, timeout=30_000)
+    # The in-place view (no widgets) replaces the widget view and goes on after its cell too.
+    run_cell(page, 2)
+    page.wait_for_function("() => [...document.querySelectorAll('.jp-OutputArea-output')].some(o =>"
+                           " o.textContent.includes('kerasmagic live (display'))", timeout=60_000)
+    wait_idle(page)
+    in_place = ("() => [...document.querySelectorAll('.jp-OutputArea-output')].filter(o =>"
+                " o.textContent.includes('kerasmagic live (display')).map(o => o.innerHTML).join('')")
+    shown = page.evaluate(in_place)
+    page.wait_for_function(f"(before) => ({in_place})() !== before", arg=shown, timeout=30_000)
+    assert "kerasmagic stopped" in view.text_content()  # one view at a time

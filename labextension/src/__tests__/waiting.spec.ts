@@ -27,7 +27,7 @@ describe('waitingNotice', () => {
       trans
     );
     expect(notice.title).toBe(
-      'Attached; the kernel answers after cell [12] ends'
+      'Waiting for the kernel: it answers after cell [12] ends'
     );
     expect(notice.hint).toBe(
       'This kernel (ipykernel 6 or older) has no subshells, so it handles the panel between cells: the live view starts when the cell ends.'
@@ -41,7 +41,7 @@ describe('waitingNotice', () => {
   it('says "the running cell" where the page missed its start (a reload)', () => {
     const notice = waitingNotice(state({}), trans);
     expect(notice.title).toBe(
-      'Attached; the kernel answers after the running cell ends'
+      'Waiting for the kernel: it answers after the running cell ends'
     );
     expect(notice.hint).toMatch(/^This kernel has no subshells/);
   });
