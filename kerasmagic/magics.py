@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ast
 import io
+import re
 import sys
 import tokenize
 import unicodedata
@@ -473,6 +474,8 @@ class KerasMagics(Magics):
             model.fit(x, y, epochs=3)
         """
         __tracebackhide__ = True
+        # argparse reads "--limit -3GiB" as a missing value and another option: let the size rule say why.
+        line = re.sub(r"--limit\s+(-[\d.])", r"--limit=\1", line)
         args = _parse(self.tf_mem, line, line_mode=cell is None,
                       dash_o_hands_over="returns the result object (snap = %tf_mem -o)" if cell is None
                       else "makes the result object the cell's value")
