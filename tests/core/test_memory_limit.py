@@ -12,7 +12,6 @@ import sys
 import pytest
 
 from kerasmagic import guard, limits, postmortem
-from kerasmagic.errors import KerasMagicUsageError
 from kerasmagic.probes import Unavailable
 from kerasmagic.probes.cgroup import memory_cgroup, parse_mountinfo, read_oom_kills
 
@@ -234,7 +233,7 @@ def test_other_users_records_are_never_read(tmp_path):
     os.chown(path, 12345, 12345)
     assert postmortem.previous_deaths(str(folder), "/me/c.ipynb") == []
     os.chown(path, 0, 0)
-    os.chmod(folder, 0o777)  # a folder others can write to: nothing in it is trusted
+    os.chmod(folder, 0o777)  # noqa: S103 - a folder others can write to: nothing in it is trusted
     assert postmortem.previous_deaths(str(folder), "/me/c.ipynb") == []
 
 

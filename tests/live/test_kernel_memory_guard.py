@@ -21,8 +21,9 @@ import uuid
 
 import pytest
 
-from kernel_session import KernelSession
 from kerasmagic.probes.cgroup import parse_mountinfo, parse_proc_cgroup
+
+from kernel_session import KernelSession
 
 pytestmark = pytest.mark.kernel
 
