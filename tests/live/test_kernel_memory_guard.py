@@ -201,6 +201,8 @@ def test_with_the_guard_off_the_oom_killer_acts_and_the_next_kernel_says_so(memo
         assert "killed by the out-of-memory killer at" in said and "of a 1.00 GiB limit" in said, said
         # Told once: the record is gone, so a third load (here: unload and load) says nothing more.
         second.execute("%unload_ext kerasmagic")
+        threads = "import threading; print([t.name for t in threading.enumerate() if t.name.startswith('kerasmagic')])"
+        assert second.execute(threads).strip() == "[]"  # the guard's thread went with %unload_ext
         assert "previous kernel" not in second.execute("%load_ext kerasmagic")
     finally:
         second.shutdown()
