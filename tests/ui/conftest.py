@@ -39,7 +39,49 @@ def notebook(cells: list[str]) -> dict:
     }
 
 
-class LabServer:
+class JupyterServerProcess:
+    """A Jupyter server process of ours on a free loopback port with a fresh token, its log in
+    `root/server.log`: JupyterLab and Notebook 7 (LabServer) or classic Notebook 6
+    (tests/ui/test_live_view.py)."""
+
+    name = "jupyter"
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.port = _free_port()
+        self.token = secrets.token_hex(16)
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    def _start(self, args: list[str], env: dict[str, str]) -> None:
+        self.log = open(self.root / "server.log", "w")
+        self.process = subprocess.Popen(args, cwd=self.root, env=env, stdout=self.log, stderr=subprocess.STDOUT)
+        self._wait_ready()
+
+    def _wait_ready(self, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"{self.name} exited: {(self.root / 'server.log').read_text()[-3000:]}")
+            try:
+                # The http:// address of the server this fixture started.
+                with urllib.request.urlopen(f"{self.url}/api/status?token={self.token}", timeout=2) as reply:  # noqa: S310
+                    json.load(reply)
+                    return
+            except OSError:
+                time.sleep(0.3)
+        raise TimeoutError(f"{self.name} did not start")
+
+    def stop(self) -> None:
+        self.process.terminate()
+        try:
+            self.process.wait(15)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        self.log.close()
+
+
+class LabServer(JupyterServerProcess):
     """`app="lab"`: JupyterLab; `app="notebook"`: Jupyter Notebook 7, one document per page. Both
     are the same kind of server application (a LabServerApp), so they take the same options under
     their own class name. `python`: the interpreter whose Jupyter runs (this one by default; the
@@ -57,12 +99,10 @@ class LabServer:
                 "point KERASMAGIC_CHROMIUM at a Chromium binary. Deselect them with -m 'not ui'.",
                 pytrace=False,
             )
-        self.root = root
+        super().__init__(root)
         self.app = app
+        self.name = f"jupyter {app}"
         app_class = self.APPS[app]
-        self.port = _free_port()
-        self.token = secrets.token_hex(16)
-        self.url = f"http://127.0.0.1:{self.port}"
         home = root / "home"
         env = dict(os.environ, JUPYTER_CONFIG_DIR=str(home / "config"), JUPYTER_RUNTIME_DIR=str(home / "runtime"),
                    TF_CPP_MIN_LOG_LEVEL="3", PYTHONUNBUFFERED="1",
@@ -84,23 +124,7 @@ class LabServer:
         notification = home / "settings" / "@jupyterlab" / "apputils-extension" / "notification.jupyterlab-settings"
         notification.parent.mkdir(parents=True, exist_ok=True)
         notification.write_text(json.dumps({"fetchNews": "false", "checkForUpdates": False}))
-        self.log = open(root / "server.log", "w")
-        self.process = subprocess.Popen(args, cwd=root, env=env, stdout=self.log, stderr=subprocess.STDOUT)
-        self._wait_ready()
-
-    def _wait_ready(self, timeout: float = 60) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"jupyter {self.app} exited: {(self.root / 'server.log').read_text()[-3000:]}")
-            try:
-                # The http:// address of the server this fixture started.
-                with urllib.request.urlopen(f"{self.url}/api/status?token={self.token}", timeout=2) as reply:  # noqa: S310
-                    json.load(reply)
-                    return
-            except OSError:
-                time.sleep(0.3)
-        raise TimeoutError(f"jupyter {self.app} did not start")
+        self._start(args, env)
 
     def lab_url(self, path: str) -> str:
         return f"{self.url}/lab/tree/{path}?token={self.token}&reset"
@@ -108,15 +132,6 @@ class LabServer:
     def notebook_url(self, path: str) -> str:
         """Notebook 7's page for one notebook (its own page, no tabs)."""
         return f"{self.url}/notebooks/{path}?token={self.token}"
-
-    def stop(self) -> None:
-        self.process.terminate()
-        try:
-            self.process.wait(15)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-        self.log.close()
 
 
 @pytest.fixture(scope="module")
@@ -170,6 +185,20 @@ def wait_kernel_ready(page) -> None:
         }""",
         timeout=90_000,
     )
+
+
+def open_in_lab(page, path: str) -> None:
+    """Make the notebook at `path` JupyterLab's current widget (opening it if needed), then
+    show the Keras memory panel."""
+    page.evaluate(
+        """async (path) => {
+            await window.jupyterapp.restored;
+            await window.jupyterapp.commands.execute('docmanager:open', {path});
+        }""",
+        path,
+    )
+    page.wait_for_function("(path) => window.jupyterapp.shell.currentWidget?.context?.path === path", arg=path)
+    page.evaluate("() => window.jupyterapp.shell.activateById('kerasmagic-sidebar')")
 
 
 def run_cell(page, index: int) -> None:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import LabServer, notebook, panel_data, run_cell, timeline, wait_kernel_ready
+from .conftest import LabServer, notebook, open_in_lab, panel_data, run_cell, timeline, wait_kernel_ready
 
 pytestmark = pytest.mark.ui
 
@@ -43,15 +43,7 @@ def _open(page, lab, path: str, navigate: bool = True) -> None:
     if navigate:
         page.goto(lab.lab_url(path))
     page.wait_for_function("() => !!window.jupyterapp")
-    page.evaluate(
-        """async (path) => {
-            await window.jupyterapp.restored;
-            await window.jupyterapp.commands.execute('docmanager:open', {path});
-        }""",
-        path,
-    )
-    page.wait_for_function("(path) => window.jupyterapp.shell.currentWidget?.context?.path === path", arg=path)
-    page.evaluate("() => window.jupyterapp.shell.activateById('kerasmagic-sidebar')")
+    open_in_lab(page, path)
 
 
 def _stack(page) -> dict:

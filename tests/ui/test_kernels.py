@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from .conftest import notebook, panel_data, run_cell, timeline, wait_idle, wait_kernel_ready
+from .conftest import notebook, open_in_lab, panel_data, run_cell, timeline, wait_idle, wait_kernel_ready
 
 pytestmark = pytest.mark.ui
 
@@ -35,16 +35,8 @@ def _current_path(page) -> str:
 
 def _show(page, path: str) -> None:
     """Make the notebook at `path` the active one (opening it if needed), sidebar kept open."""
-    page.evaluate(
-        """async (path) => {
-            await window.jupyterapp.restored;
-            await window.jupyterapp.commands.execute('docmanager:open', {path});
-        }""",
-        path,
-    )
-    page.wait_for_function("(path) => window.jupyterapp.shell.currentWidget?.context?.path === path", arg=path)
+    open_in_lab(page, path)
     wait_kernel_ready(page)
-    page.evaluate("() => window.jupyterapp.shell.activateById('kerasmagic-sidebar')")
 
 
 def _text(page, selector: str) -> str:

@@ -11,30 +11,27 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
-import subprocess
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
-from .conftest import _free_port, notebook, run_cell, wait_idle, wait_kernel_ready
+from .conftest import JupyterServerProcess, notebook, run_cell, wait_idle, wait_kernel_ready
 
 pytestmark = pytest.mark.ui
 
 COLAB_VENV = Path(__file__).parents[2] / ".venv-colab"
 
 
-class ClassicNotebookServer:
+class ClassicNotebookServer(JupyterServerProcess):
     """`jupyter notebook` 6.x from the pinned venv, on a free port, in a temporary folder."""
+
+    name = "classic notebook server"
 
     def __init__(self, root: Path) -> None:
         python = COLAB_VENV / "bin" / "python"
         if not python.exists():
             pytest.skip("no .venv-colab: `./dev.sh test` builds it (Colab's pins, then the wheel)")
-        self.port, self.token, self.root = _free_port(), secrets.token_hex(16), root
-        self.url = f"http://127.0.0.1:{self.port}"
+        super().__init__(root)
         home = root / "home"
         env = dict(os.environ, JUPYTER_CONFIG_DIR=str(home / "config"), JUPYTER_RUNTIME_DIR=str(home / "runtime"),
                    TF_CPP_MIN_LOG_LEVEL="3", PYTHONUNBUFFERED="1")
@@ -42,29 +39,7 @@ class ClassicNotebookServer:
                 f"--NotebookApp.token={self.token}", f"--NotebookApp.notebook_dir={root}"]
         if hasattr(os, "geteuid") and os.geteuid() == 0:
             args.append("--allow-root")
-        self.log = open(root / "server.log", "w")
-        self.process = subprocess.Popen(args, cwd=root, env=env, stdout=self.log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"notebook server exited: {(root / 'server.log').read_text()[-3000:]}")
-            try:
-                # The http:// address of the server this fixture started.
-                with urllib.request.urlopen(f"{self.url}/api/status?token={self.token}", timeout=2) as reply:  # noqa: S310
-                    json.load(reply)
-                    return
-            except OSError:
-                time.sleep(0.3)
-        raise TimeoutError("notebook server did not start")
-
-    def stop(self) -> None:
-        self.process.terminate()
-        try:
-            self.process.wait(15)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-        self.log.close()
+        self._start(args, env)
 
 
 @pytest.fixture(scope="module")
