@@ -10,9 +10,7 @@ from kerasmagic.live.protocol import validate
 
 pytestmark = pytest.mark.kernel
 
-# The live threads (the sampler): the memory guard's thread runs in every kernel that loaded kerasmagic.
-THREADS = ("import threading; "
-           "print(sorted(t.name for t in threading.enumerate() if t.name.startswith('kerasmagic-live')))")
+THREADS = "import threading; print(sorted(t.name for t in threading.enumerate() if t.name.startswith('kerasmagic')))"
 
 
 def _load_and_open(kernel, **open_data):
