@@ -819,12 +819,7 @@ export class LiveConnection implements IDisposable {
         console.warn(
           'kerasmagic: the kernel did not answer the live comm; opening it again'
         );
-        // Only a kernel without subshells queues each retry behind its cell; one whose control
-        // channel was merely slow to answer (a loaded machine) retries as often as before.
-        if (
-          this._state.kind === 'waiting' &&
-          this._state.reason !== 'no_answer'
-        ) {
+        if (this._state.kind === 'waiting') {
           this._retryMs = Math.min(2 * delay, UNANSWERED_OPEN_MAX_MS);
         }
         this._attach(true);
