@@ -68,22 +68,15 @@ const INFO_WAIT_MS = 300;
 
 let messageCounter = 0;
 
-/** How long a request that timed out still listens for its reply (see `onLateReply`). */
-export const LATE_REPLY_MS = 60_000;
-
 /**
  * Send a control-channel request and resolve with its reply's content, or null if none
  * came within `timeoutMs` (a kernel that does not know the request may never answer).
- * `onLateReply` gets a reply that comes after the timeout, for up to `LATE_REPLY_MS`: on a
- * loaded machine a kernel can create a subshell after we stopped waiting, and that
- * subshell's thread would outlive the page unless it is deleted then.
  */
 export function controlRequest(
   kernel: Kernel.IKernelConnection,
   msgType: string,
   content: { [key: string]: unknown },
-  timeoutMs: number = CONTROL_TIMEOUT_MS,
-  onLateReply?: (content: { [key: string]: any }) => void
+  timeoutMs: number = CONTROL_TIMEOUT_MS
 ): Promise<{ [key: string]: any } | null> {
   return new Promise(resolve => {
     // Built by hand: KernelMessage.createMessage's types list no kernel_info on control,
@@ -110,27 +103,13 @@ export function controlRequest(
       resolve(null); // disposed or dead kernel
       return;
     }
-    let timedOut = false;
-    let lateTimer: ReturnType<typeof setTimeout> | undefined;
     const timer = setTimeout(() => {
-      timedOut = true;
       resolve(null);
-      if (onLateReply) {
-        lateTimer = setTimeout(() => future.dispose(), LATE_REPLY_MS);
-      } else {
-        future.dispose();
-      }
+      future.dispose();
     }, timeoutMs);
     future.onReply = reply => {
-      const replyContent = reply.content as { [key: string]: any };
-      if (timedOut) {
-        clearTimeout(lateTimer);
-        future.dispose();
-        onLateReply?.(replyContent);
-        return;
-      }
       clearTimeout(timer);
-      resolve(replyContent);
+      resolve(reply.content as { [key: string]: any });
     };
     future.done.catch(() => {
       clearTimeout(timer);
@@ -200,20 +179,7 @@ export async function openSubshellConnection(
   if (!api) {
     return without('frontend');
   }
-  const reply = await controlRequest(
-    kernel,
-    'create_subshell_request',
-    {},
-    CONTROL_TIMEOUT_MS,
-    late => {
-      // We went on without it (the main shell): the kernel's late subshell must not stay.
-      if (late?.status === 'ok' && typeof late.subshell_id === 'string') {
-        void controlRequest(kernel, 'delete_subshell_request', {
-          subshell_id: late.subshell_id
-        });
-      }
-    }
-  );
+  const reply = await controlRequest(kernel, 'create_subshell_request', {});
   const subshellId = reply?.subshell_id;
   if (reply?.status !== 'ok' || typeof subshellId !== 'string') {
     return without('no_answer');

@@ -63,8 +63,6 @@ class FakeKernel {
   /** Control requests sent (msg_type, content), and the answers the kernel gives. */
   control: Array<[string, any]> = [];
   answers: { [msgType: string]: unknown } = {};
-  /** Milliseconds before a control answer comes (0 when not listed). */
-  answerDelays: { [msgType: string]: number } = {};
   clones: FakeKernel[] = [];
   /** What @jupyterlab/services does with a comm_open from the kernel for a target it lacks. */
   foreignCommsClosed = 0;
@@ -76,10 +74,7 @@ class FakeKernel {
     const future: any = { done: new Promise(noop), dispose: noop };
     const answer = this.answers[msg.header.msg_type];
     if (answer !== undefined) {
-      setTimeout(
-        () => future.onReply({ content: answer }),
-        this.answerDelays[msg.header.msg_type] ?? 0
-      );
+      setTimeout(() => future.onReply({ content: answer }), 0);
     }
     return future;
   }
@@ -401,24 +396,6 @@ describe('LiveConnection and kernel subshells', () => {
     expect(clone.comm.sent.slice(-1)[0].visible).toBe(true);
     status('idle');
     expect(methods()).toHaveLength(during + 1);
-    connection.dispose();
-  });
-
-  it('deletes a subshell the kernel created after it stopped waiting', async () => {
-    const kernel = busyKernelWithSubshells();
-    // A loaded machine: the subshell comes after the control timeout (3 s).
-    kernel.answerDelays = { create_subshell_request: 3300 };
-    const connection = new LiveConnection({ intervalS: 1, historyMinutes: 5 });
-    connection.setSessionContext(new FakeSession(kernel) as any);
-    await waitFor(() => kernel.comms.length === 1); // went on over the main shell
-    expect(kernel.clones).toHaveLength(0);
-    await waitFor(() =>
-      kernel.control.some(([type]) => type === 'delete_subshell_request')
-    );
-    expect(kernel.control.slice(-1)[0]).toEqual([
-      'delete_subshell_request',
-      { subshell_id: 'sub-1' }
-    ]);
     connection.dispose();
   });
 
