@@ -796,10 +796,17 @@ export class LiveConnection implements IDisposable {
     comm.onMsg = msg => this._onCommMsg(comm, msg);
     comm.onClose = msg => this._onCommClose(comm, msg);
     this._retryIfUnanswered(comm);
+    // The open carries the visibility and interval as they are now: what still waited for a
+    // cell on an earlier comm is stale, and the kernel knows the panel as this open says
+    // until a `visibility` message changes it. The panel may be shown or hidden before the
+    // kernel answers (it is often shown while `%load_ext` runs): hello reconciles.
+    this._deferred.clear();
+    const visible = this._isVisible();
+    this._sentVisible = visible;
     comm.open(
       {
         method: 'open',
-        visible: this._isVisible(),
+        visible,
         interval_s: this._intervalS
       },
       { protocol_version: PROTOCOL_VERSION }
@@ -892,6 +899,7 @@ export class LiveConnection implements IDisposable {
         this._notePid(message.pid, message.ts);
         this._retryMs = UNANSWERED_OPEN_MS;
         this._setState({ kind: 'connected', hello: message });
+        this._sendVisibility(); // shown or hidden since the open went out
         if (message.interval_s !== this._intervalS) {
           this._send({ method: 'configure', interval_s: this._intervalS });
         }
@@ -1010,9 +1018,6 @@ export class LiveConnection implements IDisposable {
       state.kind !== 'mismatch' &&
       state.kind !== 'waiting';
     this._state = state;
-    if (state.kind === 'connected') {
-      this._sentVisible = this._isVisible();
-    }
     if (!same) {
       this._stateChanged.emit(state);
     }
@@ -1049,6 +1054,7 @@ export class LiveConnection implements IDisposable {
   private _waitOnMainShell: (() => void) | null = null;
   /** How long an open may stay unanswered before it is sent again (`_retryIfUnanswered`). */
   private _retryMs = UNANSWERED_OPEN_MS;
+  /** What the kernel was last told of the panel: by the open, then by `visibility` messages. */
   private _sentVisible: boolean | null = null;
   private _requestCounter = 0;
   private _pendingClears = new Map<

@@ -155,13 +155,90 @@ def browser():
             chromium.close()
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Keep each phase's report on the test item, so that `page` knows in its teardown whether
+    the test failed."""
+    outcome = yield
+    report = outcome.get_result()
+    setattr(item, f"kerasmagic_{report.when}_report", report)
+
+
+# What the panel and the page knew when a browser test failed: the one account of a failure
+# that shows only on a loaded CI machine.
+_PANEL_STATE = """() => {
+    const panel = document.querySelector('#kerasmagic-sidebar');
+    const kernel = window.jupyterapp?.shell.currentWidget?.sessionContext?.session?.kernel;
+    return {
+        panel: panel ? {...panel.dataset} : null,
+        text: panel ? panel.innerText.slice(0, 1500) : null,
+        kernel: kernel ? {id: kernel.id, status: kernel.status, connection: kernel.connectionStatus,
+                          subshell: kernel.subshellId ?? null} : null,
+    };
+}"""
+
+
+# The kernel's side of the same: the channel's listeners and its sampler thread, read by a
+# silent execute from the page (no history, nothing shown in the notebook).
+_KERNEL_STATE_CODE = """
+import json, threading
+from kerasmagic.live.channel import active_channel as _km_active
+_km = _km_active()
+print(json.dumps(None if _km is None else {
+    "listeners": {k: {"visible": v["visible"]} for k, v in _km._listeners.items()},
+    "views": _km.view_count, "sampler_active": _km.sampler.active,
+    "thread_alive": bool(_km.sampler.thread and _km.sampler.thread.is_alive()),
+    "sample_errors": _km.sampler.errors, "last_error": _km.sampler.last_error,
+    "samples_taken": _km.sampler._seq, "threads": [t.name for t in threading.enumerate()]}))
+"""
+_KERNEL_STATE = """async (code) => {
+    const kernel = window.jupyterapp?.shell.currentWidget?.sessionContext?.session?.kernel;
+    if (!kernel) { return 'no kernel'; }
+    let text = '';
+    const future = kernel.requestExecute({code, silent: true, store_history: false});
+    future.onIOPub = msg => { text += msg.content.text ?? msg.content.evalue ?? ''; };
+    const timeout = new Promise(resolve => setTimeout(() => resolve('timeout'), 10000));
+    return (await Promise.race([future.done.then(() => 'done'), timeout])) + ': ' + text;
+}"""
+
+
+def _report_failure(request, page, console: list[str]) -> None:
+    failed = [getattr(request.node, f"kerasmagic_{when}_report", None) for when in ("setup", "call")]
+    if not any(report is not None and report.failed for report in failed):
+        return
+    from playwright.sync_api import Error as PageError
+
+    try:
+        state = page.evaluate(_PANEL_STATE)
+    except PageError as error:  # the page itself may be what broke
+        state = f"(could not read the page: {error})"
+    try:
+        kernel_side = page.evaluate(_KERNEL_STATE, _KERNEL_STATE_CODE)
+    except PageError as error:
+        kernel_side = f"(could not ask the kernel: {error})"
+    lines = ["panel and kernel: " + json.dumps(state, indent=1), f"kernel's channel: {kernel_side}",
+             "browser console (last 60):", *console[-60:]]
+    servers = [value for value in request.node.funcargs.values() if isinstance(value, JupyterServerProcess)]
+    server = servers[0] if servers else None
+    if server is not None and (server.root / "server.log").exists():
+        lines += ["server log (last 4000 characters):", (server.root / "server.log").read_text()[-4000:]]
+    ARTIFACTS.mkdir(exist_ok=True)
+    (ARTIFACTS / f"{request.node.name}-failure.txt").write_text("\n".join(lines))
+    # Printed too: CI shows a failed test's captured output, and keeps nothing else.
+    print("\n".join(lines), file=sys.stderr)
+
+
 @pytest.fixture
-def page(browser):
+def page(browser, request):
     context = browser.new_context(viewport={"width": 1400, "height": 900})
     page = context.new_page()
     page.set_default_timeout(60_000)
+    console: list[str] = []
+    page.on("console", lambda message: console.append(f"{time.strftime('%H:%M:%S')} {message.type}: {message.text}"))
+    page.on("pageerror", lambda error: console.append(f"{time.strftime('%H:%M:%S')} pageerror: {error}"))
     try:
         yield page
+        _report_failure(request, page, console)
     finally:
         context.close()
 

@@ -295,6 +295,45 @@ describe('LiveConnection with a 1.3 kernel', () => {
   });
 });
 
+describe("LiveConnection and the panel's visibility", () => {
+  const visibility = (comm: FakeComm) =>
+    comm.sent.filter((data: any) => data.method === 'visibility');
+
+  // The kernel samples only for a visible panel. Shown while its open was on the way (as
+  // when the panel is opened while `%load_ext` runs), the kernel must still hear of it.
+  it('tells the kernel of a panel shown between the open and hello', async () => {
+    const kernel = new FakeKernel('k1');
+    const connection = new LiveConnection({ intervalS: 1, historyMinutes: 5 });
+    connection.setSessionContext(new FakeSession(kernel) as any);
+    await settle();
+    expect((kernel.comm.opened[0] as any).visible).toBe(false);
+    connection.setVisible(true);
+    kernel.comm.receive(hello(4242));
+    expect(connection.state.kind).toBe('connected');
+    expect(visibility(kernel.comm)).toEqual([
+      { method: 'visibility', visible: true }
+    ]);
+    connection.dispose();
+  });
+
+  it('says nothing more where the open already said it', async () => {
+    const kernel = new FakeKernel('k1');
+    const connection = new LiveConnection({ intervalS: 1, historyMinutes: 5 });
+    connection.setVisible(true);
+    connection.setSessionContext(new FakeSession(kernel) as any);
+    await settle();
+    expect((kernel.comm.opened[0] as any).visible).toBe(true);
+    kernel.comm.receive(hello(4242));
+    connection.setVisible(true);
+    expect(visibility(kernel.comm)).toEqual([]);
+    connection.setVisible(false);
+    expect(visibility(kernel.comm)).toEqual([
+      { method: 'visibility', visible: false }
+    ]);
+    connection.dispose();
+  });
+});
+
 describe('LiveConnection and kernel subshells', () => {
   /** A kernel whose shell is busy (kernel.info waits) but whose control channel answers. */
   function busyKernelWithSubshells(): FakeKernel {
