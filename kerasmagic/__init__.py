@@ -34,6 +34,12 @@ _LAZY_EXPORTS = {
     "isolated_map": "kerasmagic.isolation",
     "IsolatedMapResult": "kerasmagic.isolation",
     "IsolatedResult": "kerasmagic.isolation",
+    "memory_limit": "kerasmagic.limits",
+    "set_memory_limit": "kerasmagic.limits",
+    "MemoryLimit": "kerasmagic.limits",
+    "memory_guard": "kerasmagic.guard",
+    "GuardSettings": "kerasmagic.guard",
+    "KernelMemoryLimitError": "kerasmagic.errors",
     "OnRay": "kerasmagic.isolation.cluster.target",
     "close_cluster_session": "kerasmagic.isolation.cluster.remote",
 }

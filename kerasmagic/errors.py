@@ -3,9 +3,10 @@ the magics turn them into ``UsageError``."""
 
 import math
 import numbers
-from typing import Any
+import threading
+from typing import Any, ClassVar
 
-__all__ = ['KerasMagicUsageError', 'check_seed', 'check_timeout']
+__all__ = ['KerasMagicUsageError', 'KernelMemoryLimitError', 'check_seed', 'check_timeout']
 
 
 class KerasMagicUsageError(ValueError):
@@ -17,6 +18,47 @@ class KerasMagicUsageError(ValueError):
         ...
         kerasmagic.errors.KerasMagicUsageError: no variable named 'modle'; %who lists your variables
     """
+
+
+class KernelMemoryLimitError(MemoryError):
+    """Raised in the running cell by the memory guard, before the out-of-memory killer would end the
+    kernel; the message names the cell, the figure and the limit. The kernel and its variables survive.
+
+    ``cell``, ``rss_bytes`` and ``limit_bytes`` carry the figures. The guard raises the class from
+    another thread (``PyThreadState_SetAsyncExc`` takes a class, not an instance), so the details
+    are armed beforehand and read when Python makes the instance.
+
+    Example:
+        >>> try:                                     # doctest: +SKIP
+        ...     chunks = [bytearray(2**26) for _ in range(1000)]
+        ... except kerasmagic.KernelMemoryLimitError as exc:
+        ...     print(exc)
+        cell [12] was stopped by kerasmagic's memory guard at 973 MiB of a 1.00 GiB limit (95 % ≥ 95 %; ...
+    """
+
+    _armed: ClassVar[dict[str, Any]] = {}
+    _armed_lock: ClassVar[threading.Lock] = threading.Lock()
+
+    cell: int | None
+    rss_bytes: int | None
+    limit_bytes: int | None
+
+    def __init__(self, *args: Any) -> None:
+        with KernelMemoryLimitError._armed_lock:
+            armed = dict(KernelMemoryLimitError._armed)
+        if not args:
+            args = (armed.get("message", "the kernel's memory limit is near"),)
+        super().__init__(*args)
+        self.cell = armed.get("cell")
+        self.rss_bytes = armed.get("rss_bytes")
+        self.limit_bytes = armed.get("limit_bytes")
+
+    @classmethod
+    def arm(cls, message: str, *, cell: int | None, rss_bytes: int, limit_bytes: int) -> None:
+        """Set what the next instance made without arguments says (the guard, before raising)."""
+        with KernelMemoryLimitError._armed_lock:
+            KernelMemoryLimitError._armed = {"message": message, "cell": cell, "rss_bytes": rss_bytes,
+                                             "limit_bytes": limit_bytes}
 
 
 def check_seed(seed: Any) -> None:

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import atexit
+import logging
 import sys
 
-from . import leak_watch
+from . import guard, leak_watch, postmortem
 from .live import channel
 from .magics import KerasMagics
 
 __all__ = ['load', 'unload']
+
+logger = logging.getLogger(__name__)
 
 
 def load(shell) -> None:
@@ -28,6 +32,29 @@ def load(shell) -> None:
     leak_watch.start(shell)
     # The live channel (sidebar) registers itself only inside a kernel; a no-op elsewhere.
     channel.register(shell)
+    if getattr(shell, "kernel", None) is not None:
+        _start_guard(shell)
+
+
+def _start_guard(shell) -> None:
+    """The memory guard and the kernel's post-mortem record; first, the previous kernel's death, if any."""
+    record = None
+    identity = postmortem.notebook_identity(shell)
+    if identity is not None:
+        folder = postmortem.record_folder()
+        try:
+            deaths = postmortem.previous_deaths(folder, identity)
+            if deaths:
+                print(f"kerasmagic: {postmortem.explain(deaths[0])}")
+            for death in deaths:  # said once: the next kernel must not say it again
+                postmortem.forget(death["path"])
+            postmortem.sweep(folder)
+        except Exception:  # a record folder we cannot read must not stop %load_ext
+            logger.debug("kerasmagic: reading the previous kernels' records failed", exc_info=True)
+        record = postmortem.KernelRecord(folder, identity)
+        # A kernel that exits (shutdown, restart, exit()) ends cleanly: only a death leaves a record.
+        atexit.register(record.close_clean)
+    guard.start(shell, record)
 
 
 def unload(shell) -> None:
@@ -37,6 +64,11 @@ def unload(shell) -> None:
         >>> unload(get_ipython())         # doctest: +SKIP
     """
     magics = getattr(shell, "_kerasmagic_magics", None)
+    running_guard = guard.active_guard()
+    guard.stop()
+    if running_guard is not None and running_guard.record is not None:
+        running_guard.record.close_clean()
+        atexit.unregister(running_guard.record.close_clean)
     leak_watch.stop()
     live_channel = sys.modules.get("kerasmagic.live.channel")
     if live_channel is not None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ast
 import io
+import re
 import sys
 import tokenize
 import unicodedata
@@ -189,6 +190,54 @@ def _clean_options(before_cell: bool) -> Callable[[_F], _F]:
 
 # What autocorrect makes of "--" (macOS smart dashes, Word, phones): options that look right and are not.
 _DASH_LOOKALIKES = "\u2010\u2011\u2012\u2013\u2014\u2015\u2212\ufe58\ufe63\uff0d"
+
+
+def _limit_size(text: str) -> int | None:
+    """``--limit SIZE`` (``3GiB``, ``512MiB``, bytes) or ``off``, by the rule of ``set_memory_limit``.
+
+    Example:
+        >>> _limit_size("3GiB"), _limit_size("off")
+        (3221225472, None)
+        >>> _limit_size("0")
+        Traceback (most recent call last):
+        ...
+        IPython.core.error.UsageError: a memory limit must be more than 0 bytes, got '0'; e.g. 3GiB, ...
+    """
+    from .limits import parse_size
+
+    if text.strip().lower() == "off":
+        return None
+    with _usage_errors():
+        return parse_size(text)
+
+
+def _on_off(text: str) -> bool:
+    """``--guard on|off``.
+
+    Example:
+        >>> _on_off("off")
+        False
+    """
+    if text.lower() not in ("on", "off"):
+        raise UsageError(f"--guard takes on or off, not {text!r}")
+    return text.lower() == "on"
+
+
+def _percent(text: str) -> float:
+    """``--warn-at PCT`` / ``--stop-at PCT``: a share of the memory limit, in percent.
+
+    Example:
+        >>> _percent("90"), _percent("90%")
+        (90.0, 90.0)
+    """
+    from .guard import check_pct
+
+    try:
+        value: Any = float(text.strip().rstrip("%"))
+    except ValueError:
+        value = text
+    with _usage_errors():
+        return check_pct(value, "a guard level")
 
 
 def _live_mode(text: str) -> str:
@@ -382,6 +431,17 @@ class KerasMagics(Magics):
     @argument("--cells", action="store_true",
               help="Show which cells grow memory each time they run (the leak watch): a cell whose RSS or "
                    "TensorFlow in use grew on each of its last 3+ runs is flagged, with the fix.")
+    @argument("--limit", type=_limit_size, default=False, metavar="SIZE",
+              help="Set the memory limit the guard measures against (3GiB, 512MiB, bytes; K/M/G are binary, "
+                   "KB/MB/GB decimal), or off to go back to the cgroup's (or the host's). A limit above the "
+                   "cgroup's does not lift it.")
+    @argument("--guard", type=_on_off, default=None, metavar="on|off",
+              help="Switch the memory guard on or off: near the limit it warns in the cell's output, then "
+                   "stops the running cell with KernelMemoryLimitError before the OOM killer ends the kernel.")
+    @argument("--warn-at", type=_percent, default=None, metavar="PCT",
+              help="The guard warns past this share of the limit (default 85).")
+    @argument("--stop-at", type=_percent, default=None, metavar="PCT",
+              help="The guard stops the running cell past this share of the limit (default 95).")
     @line_cell_magic
     @output_can_be_silenced
     def tf_mem(self, line: str = "", cell: str | None = None):
@@ -406,11 +466,16 @@ class KerasMagics(Magics):
             %tf_mem --live display   # ... as one output updated in place (no ipywidgets needed)
             %tf_mem --live off       # stop it
             %tf_mem --cells          # which cells grow memory each time they run
+            %tf_mem --limit 3GiB     # the guard's limit (--limit off: the cgroup's again)
+            %tf_mem --guard off      # let cells run into the OOM killer (--guard on)
+            %tf_mem --warn-at 80 --stop-at 90
 
             %%tf_mem --as m          # m: the CellMeasurement
             model.fit(x, y, epochs=3)
         """
         __tracebackhide__ = True
+        # argparse reads "--limit -3GiB" as a missing value and another option: let the size rule say why.
+        line = re.sub(r"--limit\s+(-[\d.])", r"--limit=\1", line)
         args = _parse(self.tf_mem, line, line_mode=cell is None,
                       dash_o_hands_over="returns the result object (snap = %tf_mem -o)" if cell is None
                       else "makes the result object the cell's value")
@@ -419,6 +484,20 @@ class KerasMagics(Magics):
         return self._tf_mem_cell(args, cell, line)
 
     def _tf_mem_line(self, args):
+        settings = args.limit is not False or args.guard is not None or args.warn_at is not None \
+            or args.stop_at is not None
+        if settings and (args.cells or args.live):
+            raise UsageError("--limit, --guard, --warn-at and --stop-at set the memory guard; use them without "
+                             "--cells and --live")
+        if settings:
+            from .guard import memory_guard
+            from .limits import set_memory_limit
+
+            with _usage_errors():
+                if args.guard is not None or args.warn_at is not None or args.stop_at is not None:
+                    memory_guard(args.guard, warn_pct=args.warn_at, stop_pct=args.stop_at)
+                if args.limit is not False:
+                    set_memory_limit(args.limit)
         if args.cells:
             if args.live or args.who:
                 raise UsageError("--cells shows the leak watch; use it without --live and --who")
@@ -440,8 +519,10 @@ class KerasMagics(Magics):
 
     def _tf_mem_cell(self, args, cell: str, line: str):
         __tracebackhide__ = True
-        if args.live or args.who or args.cells:
-            raise UsageError("%%tf_mem measures a cell; --who, --live and --cells belong to the line magic %tf_mem")
+        if args.live or args.who or args.cells or args.limit is not False or args.guard is not None \
+                or args.warn_at is not None or args.stop_at is not None:
+            raise UsageError("%%tf_mem measures a cell; --who, --live, --cells, --limit and --guard belong to the "
+                             "line magic %tf_mem")
         from .measuring import measure
 
         runner = _CellRunner(self.shell, cell, f"%%tf_mem {line}")

@@ -6,7 +6,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from .guard import GuardSettings, active_guard, current_settings
 from .holders import HolderReport, collect_heavy, find_holders, running_shell
+from .limits import MemoryLimit, memory_limit
 from .probes import jax_devices as jax_probe
 from .probes import keras as keras_probe
 from .probes import nvml as nvml_probe
@@ -129,6 +131,10 @@ class MemorySnapshot(Record, Report):
     holders: HolderReport | None
     torch: dict[str, Any] = field(default_factory=dict)
     jax: dict[str, Any] = field(default_factory=dict)
+    #: The limit the memory guard measures against (:func:`kerasmagic.limits.memory_limit`).
+    limit: MemoryLimit | Unavailable | None = None
+    #: The guard's settings, and whether it runs in this process (``running``).
+    guard: dict[str, Any] = field(default_factory=dict)
 
     def _title(self) -> str:
         return "kerasmagic: memory of this kernel"
@@ -136,14 +142,32 @@ class MemorySnapshot(Record, Report):
     def _sections(self) -> list[Section]:
         process = Section("Process")
         process.add("RSS", format_bytes(self.process["rss_bytes"]), "OS (/proc/self/statm)")
-        limit = self.process["container_limit_bytes"]
-        if not isinstance(limit, Unavailable):
-            process.add("container limit", format_bytes(limit), "cgroup")
+        self._limit_rows(process)
         process.add("system available", format_bytes(self.process["system_available_bytes"]), "OS")
         sections = [process, self._tensorflow_section(), self._gpu_section(), self._keras_section()]
         if self.holders is not None:
             sections.extend(self.holders._sections())
         return sections
+
+    def _limit_rows(self, process: Section) -> None:
+        limit = self.limit
+        cgroup_limit = self.process["container_limit_bytes"]
+        if isinstance(limit, MemoryLimit):
+            process.add("memory limit", format_bytes(limit.limit_bytes), f"{limit.source}: {limit.where}")
+            process.add("headroom", f"{format_bytes(limit.headroom_bytes)} ({limit.used_pct:.0f} % used)",
+                        "limit − RSS")
+            if limit.note:
+                process.notes.append(limit.note)
+            if limit.source != "cgroup" and not isinstance(cgroup_limit, Unavailable):
+                process.add("container limit", format_bytes(cgroup_limit), "cgroup")
+            if isinstance(limit.cgroup, Unavailable) and limit.cgroup.reason == "error":
+                process.notes.append(f"cgroup limit unknown: {limit.cgroup.detail}")
+        elif isinstance(limit, Unavailable):
+            process.add_missing("memory limit", limit)
+        if self.guard:
+            settings = GuardSettings(**{k: self.guard[k] for k in ("enabled", "warn_pct", "stop_pct")})
+            running = "" if self.guard.get("running") else "; runs only in a kernel"
+            process.add("memory guard", str(settings).split(":", 1)[0] + running, str(settings).split(": ", 1)[1])
 
     def _tensorflow_section(self) -> Section:
         section = Section("TensorFlow")
@@ -364,4 +388,6 @@ def tf_mem(shell=None, who: bool = False) -> MemorySnapshot:
         holders=find_holders(shell) if who else None,
         torch=torch_probe.snapshot(),
         jax=jax_probe.snapshot(),
+        limit=guarded(memory_limit, "reading the memory limit"),
+        guard={**current_settings().to_dict(), "running": active_guard() is not None},
     )

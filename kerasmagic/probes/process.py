@@ -16,6 +16,7 @@ import time
 from typing import Any
 
 from .availability import Unavailable, guarded
+from .cgroup import memory_cgroup
 
 __all__ = ['PeakRss', 'container_limit_bytes', 'high_water_rss_bytes', 'host_memory', 'pss_uss_bytes', 'rss_bytes',
            'snapshot']
@@ -24,8 +25,6 @@ _STATUS_PATH = "/proc/self/status"
 _CLEAR_REFS_PATH = "/proc/self/clear_refs"
 _HWM_RE = re.compile(rb"VmHWM:\s+(\d+) kB")
 _PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
-# cgroup v1 reports "no limit" as a page-rounded LONG_MAX; anything above 2**60 is no limit.
-_NO_LIMIT_ABOVE = 2**60
 
 _psutil_process = None
 
@@ -99,22 +98,18 @@ def host_memory() -> dict[str, int]:
 
 
 def container_limit_bytes() -> int | Unavailable:
-    """The memory limit of this process's cgroup, if one is set.
+    """The lowest memory limit on this process's own cgroup path (its cgroup and every
+    ancestor, cgroup v1 or v2), if one is set (:func:`kerasmagic.probes.cgroup.memory_cgroup`).
 
     Example:
         >>> limit = container_limit_bytes()   # an int, or Unavailable("not_supported", ...)
     """
-    candidates = ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes")
-    for path in candidates:
-        try:
-            with open(path) as f:
-                raw = f.read().strip()
-        except OSError:
-            continue
-        if raw == "max" or int(raw) >= _NO_LIMIT_ABOVE:
-            return Unavailable("not_supported", "no container memory limit is set")
-        return int(raw)
-    return Unavailable("not_supported", "no cgroup memory controller found")
+    memory = memory_cgroup()
+    if isinstance(memory, Unavailable):
+        return memory
+    if memory.limit_bytes is None:
+        return Unavailable("not_supported", "no memory limit is set on this process's cgroup path")
+    return memory.limit_bytes
 
 
 def _read_hwm_bytes() -> int:

@@ -228,7 +228,7 @@ def test_tf_mem_cells_shows_the_leak_watch_as_text_and_returns_it(shell, capsys)
 @pytest.mark.parametrize("line, words", [
     ("%tf_mem --cells --live", "--cells shows the leak watch; use it without --live and --who"),
     ("%tf_mem --cells --who", "--cells shows the leak watch"),
-    ("%%tf_mem --cells\n1", "--who, --live and --cells belong to the line magic %tf_mem"),
+    ("%%tf_mem --cells\n1", "--who, --live, --cells, --limit and --guard belong to the line magic %tf_mem"),
 ])
 def test_tf_mem_cells_refuses_what_does_not_go_with_it(shell, line, words):
     result = shell.run_cell(line, store_history=True)

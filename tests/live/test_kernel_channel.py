@@ -10,7 +10,9 @@ from kerasmagic.live.protocol import validate
 
 pytestmark = pytest.mark.kernel
 
-THREADS = "import threading; print(sorted(t.name for t in threading.enumerate() if t.name.startswith('kerasmagic')))"
+# The live threads (the sampler): the memory guard's thread runs in every kernel that loaded kerasmagic.
+THREADS = ("import threading; "
+           "print(sorted(t.name for t in threading.enumerate() if t.name.startswith('kerasmagic-live')))")
 
 
 def _load_and_open(kernel, **open_data):

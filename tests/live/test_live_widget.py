@@ -7,7 +7,9 @@ import pytest
 from kerasmagic.live.widget import _ViewState, sparkline_svg
 from kerasmagic.tables import format_bytes
 
-THREADS = "import threading; print(sorted(t.name for t in threading.enumerate() if t.name.startswith('kerasmagic')))"
+# The live threads (the sampler): the memory guard's thread runs in every kernel that loaded kerasmagic.
+THREADS = ("import threading; "
+           "print(sorted(t.name for t in threading.enumerate() if t.name.startswith('kerasmagic-live')))")
 
 
 @pytest.mark.unit

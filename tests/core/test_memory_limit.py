@@ -1,0 +1,261 @@
+"""The memory limit on the process's own cgroup path, the guard's decisions and the post-mortem
+records (issue 18). The cgroup tests read fake trees built in tmp_path in the layouts the kernel
+writes (v1 and v2, nested limits); the records are real files in real folders."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from kerasmagic import guard, limits, postmortem
+from kerasmagic.probes import Unavailable
+from kerasmagic.probes.cgroup import memory_cgroup, parse_mountinfo, read_oom_kills
+
+pytestmark = pytest.mark.unit
+
+GIB = 2**30
+NO_LIMIT_V1 = "9223372036854771712"
+
+
+def _tree(tmp_path, proc_cgroup: str, mountinfo: str, files: dict[str, str]) -> str:
+    """A fake /proc/self (cgroup, mountinfo) and cgroup folders; returns the fake /proc/self."""
+    proc = tmp_path / "proc" / "self"
+    proc.mkdir(parents=True)
+    (proc / "cgroup").write_text(proc_cgroup)
+    (proc / "mountinfo").write_text(mountinfo.replace("MNT", str(tmp_path / "sys")))
+    for relative, content in files.items():
+        path = tmp_path / "sys" / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(content)
+    return str(proc)
+
+
+V1_MOUNTS = ("31 23 0:28 / MNT rw - tmpfs tmpfs rw\n"
+             "32 31 0:29 / MNT/cpu rw,relatime - cgroup cgroup rw,cpu\n"
+             "35 31 0:32 / MNT/memory rw,relatime - cgroup cgroup rw,memory\n"
+             "41 31 0:38 / MNT/unified rw,relatime - cgroup2 cgroup2 rw\n")
+
+
+def test_v1_the_lowest_limit_on_the_own_path_wins_not_the_roots(tmp_path):
+    proc = _tree(tmp_path, "9:name=systemd:/\n4:memory:/hub/user/kernel\n1:cpu:/\n0::/\n", V1_MOUNTS, {
+        "memory/memory.limit_in_bytes": NO_LIMIT_V1,
+        "memory/hub/memory.limit_in_bytes": str(8 * GIB),
+        "memory/hub/user/memory.limit_in_bytes": str(2 * GIB),
+        "memory/hub/user/kernel/memory.limit_in_bytes": str(4 * GIB),
+        "memory/hub/user/kernel/memory.oom_control": "oom_kill_disable 0\nunder_oom 0\noom_kill 3\n",
+    })
+    memory = memory_cgroup(proc)
+    assert not isinstance(memory, Unavailable), memory
+    assert (memory.version, memory.cgroup, memory.limit_bytes, memory.limit_cgroup) == (
+        1, "/hub/user/kernel", 2 * GIB, "/hub/user")
+    assert memory.limit_file.endswith("memory/hub/user/memory.limit_in_bytes")
+    assert memory.oom_kills == 3 and memory.oom_kill_file.endswith("hub/user/kernel/memory.oom_control")
+    assert memory.describe == "cgroup v1 /hub/user (memory.limit_in_bytes)"
+
+
+def test_v1_no_limit_anywhere_is_none(tmp_path):
+    proc = _tree(tmp_path, "4:memory:/a\n", V1_MOUNTS, {
+        "memory/memory.limit_in_bytes": NO_LIMIT_V1, "memory/a/memory.limit_in_bytes": NO_LIMIT_V1,
+        "memory/a/memory.oom_control": "oom_kill 0\n"})
+    memory = memory_cgroup(proc)
+    assert memory.limit_bytes is None and memory.oom_kills == 0
+
+
+def test_v1_a_container_without_cgroup_namespace_maps_the_mount_root(tmp_path):
+    # Docker without a cgroup namespace: the mount shows /docker/abc as its root, and
+    # /proc/self/cgroup names the same path; the folder is the mount point itself.
+    mounts = "35 31 0:32 /docker/abc MNT/memory rw - cgroup cgroup rw,memory\n"
+    proc = _tree(tmp_path, "4:memory:/docker/abc/kernel\n", mounts, {
+        "memory/memory.limit_in_bytes": str(3 * GIB),
+        "memory/kernel/memory.limit_in_bytes": str(5 * GIB),
+        "memory/kernel/memory.oom_control": "oom_kill 0\n"})
+    memory = memory_cgroup(proc)
+    assert (memory.limit_bytes, memory.limit_cgroup) == (3 * GIB, "/docker/abc")
+
+
+def test_v2_memory_max_and_events_lowest_wins(tmp_path):
+    mounts = "30 23 0:26 / MNT rw,nosuid - cgroup2 cgroup2 rw,nsdelegate\n"
+    proc = _tree(tmp_path, "0::/user.slice/user-1000.slice/jupyter.service\n", mounts, {
+        "cgroup.controllers": "cpu memory",  # the root cgroup has no memory.max
+        "user.slice/memory.max": "max",
+        "user.slice/user-1000.slice/memory.max": str(6 * GIB),
+        "user.slice/user-1000.slice/jupyter.service/memory.max": str(7 * GIB),
+        "user.slice/user-1000.slice/jupyter.service/memory.events":
+            "low 0\nhigh 0\nmax 12\noom 2\noom_kill 2\noom_group_kill 0\n",
+    })
+    memory = memory_cgroup(proc)
+    assert (memory.version, memory.limit_bytes, memory.limit_cgroup) == (2, 6 * GIB, "/user.slice/user-1000.slice")
+    assert memory.oom_kills == 2 and memory.describe.endswith("(memory.max)")
+
+
+def test_v2_without_the_memory_controller_is_not_supported(tmp_path):
+    mounts = "30 23 0:26 / MNT rw - cgroup2 cgroup2 rw\n"
+    proc = _tree(tmp_path, "0::/x\n", mounts, {"x/cgroup.procs": ""})
+    memory = memory_cgroup(proc)
+    assert isinstance(memory, Unavailable) and memory.reason == "not_supported", memory
+
+
+def test_an_unreadable_limit_is_an_error_with_the_reason(tmp_path):
+    proc = _tree(tmp_path, "4:memory:/a\n", V1_MOUNTS, {"memory/a/memory.limit_in_bytes": "lots"})
+    memory = memory_cgroup(proc)
+    assert isinstance(memory, Unavailable) and memory.reason == "error" and "memory.limit_in_bytes" in memory.detail
+
+
+def test_no_cgroup_files_is_not_supported(tmp_path):
+    memory = memory_cgroup(str(tmp_path / "nowhere"))
+    assert isinstance(memory, Unavailable) and memory.reason == "not_supported"
+
+
+def test_mountinfo_unescapes_spaces_and_oom_counter_faults():
+    line = r"35 31 0:32 / /sys/fs/cgroup/my\040memory rw - cgroup cgroup rw,memory"
+    assert parse_mountinfo(line)[0].mount_point == "/sys/fs/cgroup/my memory"
+    assert isinstance(read_oom_kills("/nonexistent"), Unavailable)
+
+
+# ---- sizes, and the limit's source ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("text, size", [("3GiB", 3 * GIB), ("3G", 3 * GIB), ("3gb", 3 * 10**9), ("512 MiB", 2**29),
+                                        ("1.5Gi", 3 * 2**29), ("4096", 4096), (2.5 * GIB, int(2.5 * GIB))])
+def test_sizes(text, size):
+    assert limits.parse_size(text) == size
+
+
+@pytest.mark.parametrize("bad, words", [("0", "more than 0"), ("-1GiB", "more than 0"), ("nan", "finite"),
+                                        (float("nan"), "finite"), ("inf", "finite"), ("lots", "cannot read"),
+                                        ("3 parsecs", "cannot read"), (True, "a size"), ([1], "a size")])
+def test_bad_sizes_are_refused_in_one_line(bad, words):
+    with pytest.raises(ValueError, match=words) as refused:
+        limits.parse_size(bad)
+    assert "\n" not in str(refused.value)
+
+
+def test_user_limit_environment_and_refusal_below_rss(monkeypatch):
+    monkeypatch.setenv(limits.ENV_VAR, "20GiB")
+    try:
+        assert limits.memory_limit().source in ("environment", "cgroup")
+        with pytest.raises(ValueError, match="below what this kernel uses now"):
+            limits.set_memory_limit("1KiB")
+        chosen = limits.set_memory_limit("16GiB")
+        assert chosen.source in ("user", "cgroup") and chosen.headroom_bytes == chosen.limit_bytes - chosen.rss_bytes
+        if chosen.source == "user":
+            assert chosen.limit_bytes == 16 * GIB
+    finally:
+        limits.set_memory_limit(None)
+    monkeypatch.setenv(limits.ENV_VAR, "plenty")
+    assert limits.memory_limit().source in ("cgroup", "host")  # a bad variable is ignored (said once)
+
+
+# ---- the guard's decisions ------------------------------------------------------------------------------
+
+
+def test_assess_needs_a_running_cell_that_grew():
+    on = guard.GuardSettings()
+    mib = 2**20
+    assert guard.assess(97 * mib, 100 * mib, on, None) == "fast"        # no cell runs: never stop
+    assert guard.assess(97 * mib, 100 * mib, on, 1 * mib) == "fast"     # the cell did not grow
+    assert guard.assess(97 * mib, 100 * mib, on, 40 * mib) == "stop"
+    assert guard.assess(86 * mib, 100 * mib, on, 40 * mib) == "warn"
+    assert guard.assess(97 * mib, 100 * mib, guard.GuardSettings(enabled=False), 40 * mib) == "fast"
+    assert guard.assess(10 * mib, 100 * mib, on, 40 * mib) == "ok"
+
+
+def test_guard_levels_are_checked():
+    try:
+        with pytest.raises(ValueError, match="below the stop level"):
+            guard.memory_guard(warn_pct=96)
+        with pytest.raises(ValueError, match="percentage"):
+            guard.memory_guard(stop_pct=0)
+        with pytest.raises(ValueError, match="True or False"):
+            guard.memory_guard("off")  # type: ignore[arg-type]
+        assert guard.memory_guard(False, warn_pct=70, stop_pct=80) == guard.GuardSettings(False, 70.0, 80.0)
+    finally:
+        guard.memory_guard(True, warn_pct=85, stop_pct=95)
+
+
+# ---- post-mortem records -------------------------------------------------------------------------------
+
+
+def _dead_record(folder, notebook: str, **fields) -> str:
+    """A record left by a process that no longer exists (a child that exited)."""
+    child = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
+                           check=True)
+    pid = int(child.stdout)
+    record = postmortem.KernelRecord(str(folder), notebook)
+    record.pid = pid
+    record.path = os.path.join(str(folder), f"{postmortem._key(notebook)}-{pid}.json")
+    record.cell_started(12, "x = np.ones((2**31,))")
+    for key, value in fields.items():
+        setattr(record, key, value)
+    record.sample(1.0, 3 * GIB, {"limit_bytes": 4 * GIB}, near=True)
+    data = json.loads(open(record.path).read())
+    data["pid"] = pid
+    data["start_ticks"] = None
+    with open(record.path, "w") as file:
+        json.dump(data, file)
+    return record.path
+
+
+def test_a_record_is_private_bounded_and_told_once(tmp_path):
+    folder = tmp_path / "records"
+    path = _dead_record(folder, "/me/a.ipynb")
+    assert os.stat(path).st_mode & 0o777 == 0o600 and os.stat(folder).st_mode & 0o777 == 0o700
+    assert os.path.getsize(path) < 8 * 1024
+    deaths = postmortem.previous_deaths(str(folder), "/me/a.ipynb")
+    assert len(deaths) == 1
+    told = postmortem.explain(deaths[0])
+    assert "while cell [12] ran (`x = np.ones((2**31,))`)" in told and "cause unknown" in told, told
+    assert "3.00 GiB of a 4.00 GiB limit" in told, told
+    assert postmortem.previous_deaths(str(folder), "/me/other.ipynb") == []
+
+
+def test_oom_counter_rise_names_the_oom_killer_and_no_rise_says_exited(tmp_path):
+    folder = tmp_path / "records"
+    counter = tmp_path / "memory.oom_control"
+    counter.write_text("oom_kill 1\n")
+    path = _dead_record(folder, "/me/b.ipynb", _oom=(str(counter), 0))
+    record = postmortem.previous_deaths(str(folder), "/me/b.ipynb")[0]
+    assert "killed by the out-of-memory killer at 3.00 GiB of a 4.00 GiB limit" in postmortem.explain(record)
+    counter.write_text("oom_kill 0\n")
+    assert "exited unexpectedly" in postmortem.explain(record)
+    postmortem.forget(path)
+    assert postmortem.previous_deaths(str(folder), "/me/b.ipynb") == []
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a file to another user needs root")
+def test_other_users_records_are_never_read(tmp_path):
+    folder = tmp_path / "records"
+    path = _dead_record(folder, "/me/c.ipynb")
+    os.chown(path, 12345, 12345)
+    assert postmortem.previous_deaths(str(folder), "/me/c.ipynb") == []
+    os.chown(path, 0, 0)
+    os.chmod(folder, 0o777)  # noqa: S103 - a folder others can write to: nothing in it is trusted
+    assert postmortem.previous_deaths(str(folder), "/me/c.ipynb") == []
+
+
+def test_an_unwritable_folder_is_said_once_and_never_raises(tmp_path, capsys):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    record = postmortem.KernelRecord(str(blocker / "records"), "/me/d.ipynb")
+    record.cell_started(1, "x = 1")
+    record.sample(1.0, 100, None, near=True)
+    record.close_clean()
+    err = capsys.readouterr().err
+    assert err.count("cannot keep this kernel's record") == 1, err
+
+
+def test_a_clean_end_leaves_nothing_and_the_sweep_keeps_the_bound(tmp_path):
+    folder = tmp_path / "records"
+    record = postmortem.KernelRecord(str(folder), "/me/e.ipynb")
+    record.cell_started(1, "x = 1")
+    assert os.path.exists(record.path)
+    record.close_clean()
+    assert not os.path.exists(record.path)
+    for index in range(5):
+        _dead_record(folder, f"/me/{index}.ipynb")
+    assert postmortem.sweep(str(folder), keep=2) == 3
+    assert len(os.listdir(folder)) == 2

@@ -1,0 +1,208 @@
+"""The memory guard and the post-mortem in a real kernel inside a real memory cgroup (issue 18).
+
+Each test makes a cgroup v1 child of this process's own memory cgroup with a 1 GiB limit, starts
+a real ipykernel through jupyter_client and writes the kernel's pid into the cgroup, so the
+kernel sees its limit only in its own cgroup, not at the mount's root (what the probe missed
+before). The kernel grows in 64 MiB steps from a Python loop. With the guard on it must stop
+the cell before the real OOM killer acts and keep the kernel and its variables; with the guard
+off the real OOM killer kills the kernel, and the notebook's next kernel says so.
+
+They skip, saying why, where no memory cgroup can be made (not root, no writable v1 memory
+controller). Timeouts are generous: CI's machine has two busy cores.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import time
+import uuid
+
+import pytest
+
+from kerasmagic.probes.cgroup import parse_mountinfo, parse_proc_cgroup
+
+from kernel_session import KernelSession
+
+pytestmark = pytest.mark.kernel
+
+LIMIT_BYTES = 2**30
+# Grows far past the limit (40 × 64 MiB = 2.5 GiB) at a pace a training loop could have; the
+# first line is what the post-mortem quotes.
+GROW = """chunks = []
+import time
+for step in range(40):
+    chunks.append(b"x" * (64 * 2**20))
+    time.sleep(0.2)
+"""
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def _own_memory_folder() -> str | None:
+    """This process's own cgroup v1 memory folder, or None where there is none."""
+    try:
+        with open("/proc/self/cgroup") as file:
+            paths = parse_proc_cgroup(file.read())
+        with open("/proc/self/mountinfo") as file:
+            mounts = parse_mountinfo(file.read())
+    except OSError:
+        return None
+    path = paths.get("memory")
+    for mount in mounts:
+        if mount.version == 1 and "memory" in mount.controllers and path is not None:
+            root = mount.root.rstrip("/")
+            if root and not (path == root or path.startswith(root + "/")):
+                continue
+            folder = os.path.join(mount.mount_point, path[len(root):].lstrip("/"))
+            return folder if os.path.isdir(folder) else None
+    return None
+
+
+def _write(path: str, value: str) -> None:
+    with open(path, "w") as file:
+        file.write(value)
+
+
+def _oom_kills(folder: str) -> int:
+    with open(os.path.join(folder, "memory.oom_control")) as file:
+        for line in file:
+            key, _, value = line.partition(" ")
+            if key == "oom_kill":
+                return int(value)
+    raise AssertionError("memory.oom_control has no oom_kill line")
+
+
+@pytest.fixture
+def memory_cgroup():
+    """A fresh cgroup v1 memory child with a 1 GiB limit; removed at teardown."""
+    if os.geteuid() != 0:
+        pytest.skip("making a memory cgroup needs root")
+    parent = _own_memory_folder()
+    if parent is None:
+        pytest.skip("no cgroup v1 memory controller for this process (cgroup v2 only, or none)")
+    folder = os.path.join(parent, f"kerasmagic-test-{os.getpid()}-{uuid.uuid4().hex[:6]}")
+    try:
+        os.mkdir(folder)
+        _write(os.path.join(folder, "memory.limit_in_bytes"), str(LIMIT_BYTES))
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.rmdir(folder)
+        pytest.skip(f"cannot make a memory cgroup under {parent}: {exc}")
+    # Charge what the kernel already uses to the new cgroup too, so that its RSS and the cgroup's
+    # count agree (cgroup v1 only; without it the OOM killer acts later than RSS says).
+    with contextlib.suppress(OSError):
+        _write(os.path.join(folder, "memory.move_charge_at_immigrate"), "1")
+    try:
+        yield folder
+    finally:
+        _remove_cgroup(folder, parent)
+
+
+def _remove_cgroup(folder: str, parent: str) -> None:
+    deadline = time.monotonic() + 30
+    while True:
+        with contextlib.suppress(OSError):
+            with open(os.path.join(folder, "cgroup.procs")) as file:
+                for pid in file.read().split():
+                    with contextlib.suppress(OSError):
+                        _write(os.path.join(parent, "cgroup.procs"), pid)
+        try:
+            os.rmdir(folder)
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
+def _kernel_pid(session: KernelSession) -> int:
+    return session.manager.provisioner.process.pid
+
+
+def _session(tmp_path, notebook: str) -> KernelSession:
+    return KernelSession(env={"JPY_SESSION_NAME": notebook, "KERASMAGIC_RECORD_DIR": str(tmp_path / "records"),
+                              "KERASMAGIC_MEMORY_LIMIT": "", "KERASMAGIC_MEMORY_GUARD": ""})
+
+
+def _into(session: KernelSession, folder: str) -> None:
+    _write(os.path.join(folder, "cgroup.procs"), str(_kernel_pid(session)))
+
+
+def _wait_idle_after_error(session: KernelSession) -> None:
+    """KernelSession.execute raises at the error, before the cell's idle: a request sent before
+    that idle is aborted by ipykernel (stop_on_error), so wait for it."""
+    failed = next(m for m in reversed(session.iopub) if m["msg_type"] == "error")["parent_header"]["msg_id"]
+    session.wait_for(lambda m: m["msg_type"] == "status" and m["content"]["execution_state"] == "idle"
+                     and m["parent_header"].get("msg_id") == failed, timeout=60)
+
+
+def test_tf_mem_reports_the_own_cgroups_limit_and_the_guard_saves_the_session(memory_cgroup, tmp_path):
+    session = _session(tmp_path, f"/tests/guard-{uuid.uuid4().hex}.ipynb")
+    try:
+        _into(session, memory_cgroup)
+        session.execute("%load_ext kerasmagic")
+        shown = session.shown("%tf_mem")
+        limit_row = next(line for line in shown.splitlines() if "memory limit" in line)
+        assert "1.00 GiB" in limit_row, shown
+        assert "cgroup v1" in limit_row and os.path.basename(memory_cgroup) in limit_row, shown
+        assert "headroom" in shown and "memory guard" in shown, shown
+
+        session.execute("before = 'still here'")
+        mark = len(session.iopub)
+        with pytest.raises(AssertionError) as stopped:
+            session.execute(GROW, timeout=240)
+        cell = session.last_execution_count
+        error = ANSI.sub("", str(stopped.value))
+        assert "KernelMemoryLimitError" in error, error
+        assert f"cell [{cell}] was stopped by kerasmagic's memory guard" in error, error
+        assert "of a 1.00 GiB limit" in error, error
+        warnings = [m["content"]["text"] for m in session.iopub[mark:]
+                    if m["msg_type"] == "stream" and "kerasmagic: memory at" in m["content"]["text"]]
+        assert len(warnings) == 1, warnings
+        assert f"cell [{cell}] grew" in warnings[0] and "1.00 GiB limit" in warnings[0], warnings
+
+        # The kernel answers, the variable from before is there, and the OOM killer never acted.
+        _wait_idle_after_error(session)
+        assert session.execute("print(before)").strip() == "still here"
+        assert session.execute("print(isinstance(chunks, list), len(chunks) > 5)").split() == ["True", "True"]
+        assert _oom_kills(memory_cgroup) == 0
+        session.execute("del chunks")
+        assert session.execute("print(1 + 1)").strip() == "2"
+    finally:
+        session.shutdown()
+
+
+def test_with_the_guard_off_the_oom_killer_acts_and_the_next_kernel_says_so(memory_cgroup, tmp_path):
+    notebook = f"/tests/postmortem-{uuid.uuid4().hex}.ipynb"
+    first = _session(tmp_path, notebook)
+    try:
+        _into(first, memory_cgroup)
+        first.execute("%load_ext kerasmagic")
+        assert "off" in first.shown("%tf_mem --guard off")
+        msg_id = first.client.execute(GROW)
+        started = first.wait_for(lambda m: m["msg_type"] == "execute_input"
+                                 and m["parent_header"].get("msg_id") == msg_id, timeout=60)
+        cell = started["content"]["execution_count"]
+        process = first.manager.provisioner.process
+        deadline = time.monotonic() + 240
+        while process.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert process.poll() == -9, "the kernel was not killed by SIGKILL"
+        assert _oom_kills(memory_cgroup) >= 1, "the OOM killer did not act"
+    finally:
+        first.shutdown()
+
+    second = _session(tmp_path, notebook)
+    try:
+        said = second.execute("%load_ext kerasmagic")
+        assert "The previous kernel of this notebook died at" in said, said
+        assert f"while cell [{cell}] ran (`chunks = []`)" in said, said
+        assert "killed by the out-of-memory killer at" in said and "of a 1.00 GiB limit" in said, said
+        # Told once: the record is gone, so a third load (here: unload and load) says nothing more.
+        second.execute("%unload_ext kerasmagic")
+        threads = "import threading; print([t.name for t in threading.enumerate() if t.name.startswith('kerasmagic')])"
+        assert second.execute(threads).strip() == "[]"  # the guard's thread went with %unload_ext
+        assert "previous kernel" not in second.execute("%load_ext kerasmagic")
+    finally:
+        second.shutdown()
