@@ -20,7 +20,7 @@ from .. import events, leak_watch
 from .._version import __version__
 from ..cell_numbers import running_cell_number
 from ..compat import kernel_comm_manager
-from ..probes import Unavailable, nvml, to_jsonable
+from ..probes import Unavailable, nvml, process, to_jsonable
 from ..probes import tensorflow as tf_probe
 from . import jobs as isolated_jobs
 from .history import KernelHistory
@@ -49,6 +49,11 @@ _JOBS_MINOR = 1
 _CELLS_MINOR = 2
 #: The protocol minor version that added ``cell_run`` and ``history`` (the timeline).
 _TIMELINE_MINOR = 3
+
+#: How often the kernel samples while no panel or view looks: the record a panel replays when it
+#: opens or is shown again has no blind spots, at about 0.002 % of a core
+#: (``benchmarks/bench_live_record.py``). A panel that looks may ask for a faster interval.
+RECORD_INTERVAL_S = 1.0
 
 _channel: LiveChannel | None = None
 
@@ -134,7 +139,10 @@ class LiveChannel:
         #: The last ``facts`` read on the main thread: what a comm opened on another thread
         #: (a kernel subshell, while a cell runs) gets until the main thread is free again.
         self.last_facts: dict[str, Any] | None = None
-        self.sampler = Sampler(self._on_sample, interval_s=interval_s)
+        #: The interval the frontends asked for, used while one of them looks.
+        self._view_interval_s = float(interval_s)
+        self._recording = False
+        self.sampler = Sampler(self._on_sample, interval_s=max(interval_s, RECORD_INTERVAL_S))
         #: Isolated jobs (running and the last few finished), kept for sidebars that attach later.
         self.isolated = isolated_jobs.IsolatedJobs()
         self._unsubscribe = events.subscribe(self._on_event)
@@ -175,8 +183,27 @@ class LiveChannel:
 
         return remove
 
+    def start_recording(self) -> None:
+        """Sample from now on whether or not anyone looks (what ``%load_ext`` does).
+
+        Example:
+            >>> active_channel().start_recording()   # doctest: +SKIP
+        """
+        self._recording = True
+        self._update_sampler()
+
+    @property
+    def looking(self) -> bool:
+        """True while a visible sidebar or an in-kernel view follows the samples."""
+        return self.visible_count > 0
+
     def _update_sampler(self) -> None:
-        self.sampler.set_active(self.visible_count > 0)
+        # The panel's interval while someone looks; the record's (never faster) otherwise.
+        looking = self.looking
+        interval = self._view_interval_s if looking else max(self._view_interval_s, RECORD_INTERVAL_S)
+        if interval != self.sampler.interval_s:
+            self.sampler.set_interval(interval)
+        self.sampler.set_active(self._recording or looking)
 
     def _send(self, comm, data: dict[str, Any], metadata: dict | None = None) -> None:
         # The sampler thread, the main thread and event publishers all send: one at a time.
@@ -186,7 +213,7 @@ class LiveChannel:
     def _targets(self, visible_only: bool, feature: str | None = None) -> list[Any]:
         """The comms a pushed message goes to; call with ``self._lock`` held."""
         return [e["comm"] for e in self._listeners.values()
-                if (feature is None or e.get(feature)) and (e["visible"] or not visible_only)]
+                if e["ready"] and (feature is None or e.get(feature)) and (e["visible"] or not visible_only)]
 
     def broadcast(self, data: dict[str, Any], visible_only: bool = True) -> None:
         with self._lock:
@@ -275,7 +302,12 @@ class LiveChannel:
         with self._lock:
             self._listeners[comm.comm_id] = {
                 "comm": comm,
+                # Not a target of broadcasts until hello and history are out: a sample taken
+                # meanwhile by the sampler thread must not reach the page before them.
+                "ready": False,
                 "visible": bool(options.get("visible", True)),
+                # The newest sample this frontend has (by ts): shown again, it gets the rest.
+                "sent_ts": None,
                 # A 1.0 frontend does not know the isolated_* methods: it would log each one.
                 "jobs": speaks_at_least(peer_version, _JOBS_MINOR),
                 "cells": speaks_at_least(peer_version, _CELLS_MINOR),
@@ -285,7 +317,7 @@ class LiveChannel:
         comm.on_close(self.on_close)
         _route_as_addressed(comm)
         if "interval_s" in options:
-            self.sampler.set_interval(options["interval_s"])
+            self._view_interval_s = float(options["interval_s"])
         self._send(
             comm,
             {
@@ -293,15 +325,25 @@ class LiveChannel:
                 "protocol_version": PROTOCOL_VERSION,
                 "package_version": _package_version(),
                 "pid": _pid(),
-                "interval_s": self.sampler.interval_s,
+                "interval_s": self._view_interval_s,
                 "ts": time.time(),
             },
             metadata={"protocol_version": PROTOCOL_VERSION},
         )
-        if self._listeners.get(comm.comm_id, {}).get("timeline"):
-            self._send(comm, to_jsonable(self.history.message()))
+        entry = self._listeners.get(comm.comm_id)
+        if entry is not None and entry.get("timeline"):
+            self._send_history(comm, entry)
         self._push_now(comm)
+        if entry is not None:
+            entry["ready"] = True
         self._update_sampler()
+
+    def _send_history(self, comm, entry: dict[str, Any]) -> None:
+        """The record since what this frontend has (all of it on open), oldest first."""
+        message = to_jsonable(self.history.message(after_ts=entry.get("sent_ts")))
+        if message["samples"]:
+            entry["sent_ts"] = message["samples"][-1]["ts"]
+        self._send(comm, message)
 
     def on_msg(self, msg: dict[str, Any]) -> None:
         content: dict[str, Any] = msg.get("content") or {}
@@ -322,12 +364,17 @@ class LiveChannel:
     def _dispatch(self, comm, entry: dict[str, Any], data: dict[str, Any]) -> None:
         method = data["method"]
         if method == "visibility":
+            shown = data["visible"] and not entry["visible"]
             entry["visible"] = data["visible"]
             self._update_sampler()
+            if shown and entry.get("timeline"):
+                # What the kernel recorded while the panel was hidden: drawn, not skipped.
+                self._send_history(comm, entry)
             if data["visible"]:
                 self._push_now(comm)
         elif method == "configure":
-            self.sampler.set_interval(data["interval_s"])
+            self._view_interval_s = float(data["interval_s"])
+            self._update_sampler()
         elif method == "refresh":
             self._push_now(comm)
         elif method == "clear":
@@ -374,7 +421,14 @@ class LiveChannel:
     def _on_sample(self, sample: dict[str, Any]) -> None:
         """The sampler's tick: keep it for the history, send it to whoever looks."""
         self.history.add_sample(sample)
+        self._note_sent(sample)
         self.broadcast(sample)
+
+    def _note_sent(self, sample: dict[str, Any], comm_id: str | None = None) -> None:
+        with self._lock:
+            for key, entry in self._listeners.items():
+                if (comm_id is None and entry["ready"] and entry["visible"]) or key == comm_id:
+                    entry["sent_ts"] = max(entry["sent_ts"] or 0.0, sample["ts"])
 
     def _take_sample(self) -> dict[str, Any]:
         sample = self.sampler.take()
@@ -392,7 +446,9 @@ class LiveChannel:
         facts = self._facts_or_error() if on_main else self.last_facts
         if facts is not None:
             self._send(comm, facts)
-        self._send(comm, self._take_sample())
+        sample = self._take_sample()
+        self._note_sent(sample, getattr(comm, "comm_id", None))
+        self._send(comm, sample)
         entry = self._listeners.get(getattr(comm, "comm_id", ""))
         if entry is not None and entry.get("jobs"):
             self._send(comm, self.isolated.snapshot())
@@ -446,8 +502,10 @@ class LiveChannel:
         try:
             stored = bool(getattr(info, "store_history", False))
             count = running_cell_number(self.shell) if stored else None
-            run = self.history.run_started(count, leak_watch._cell_id(self.shell, info))
-            self._running.append(run)
+            run = self.history.run_started(count, leak_watch._cell_id(self.shell, info),
+                                           rss_start_bytes=_number(process.rss_bytes))
+            # Kept off the message: only the end needs it (see _cell_figures).
+            self._running.append((run, _number(process.high_water_rss_bytes)))
         except Exception:  # the timeline must never break a cell
             logger.debug("kerasmagic.live: recording a cell's start failed", exc_info=True)
             return
@@ -459,14 +517,30 @@ class LiveChannel:
     def _end_run(self, result: Any) -> None:
         if not self._running:
             return  # no start seen: the cell that ran %load_ext kerasmagic, or a blank cell
-        run = self._running.pop()
+        run, high_water_at_start = self._running.pop()
         try:
-            ended = self.history.run_ended(run, ok=bool(getattr(result, "success", True)))
+            ended = self.history.run_ended(run, ok=bool(getattr(result, "success", True)),
+                                           **self._cell_figures(run, high_water_at_start))
         except Exception:  # the timeline must never break a cell
             logger.debug("kerasmagic.live: recording a cell's end failed", exc_info=True)
             return
         self._broadcast_to("timeline", {"method": "cell_run", "ts": ended["ended_ts"], "run": ended},
                            visible_only=False)
+
+    def _cell_figures(self, run: dict[str, Any], high_water_at_start: int | None) -> dict[str, Any]:
+        """A finished cell's RSS at its end and its peak (protocol 1.5).
+
+        The kernel's high-water mark (VmHWM) only rises, so one that rose during the cell is
+        the cell's exact peak, however short. One that did not rise says only that the peak
+        was below the old high; the samples taken during the cell then bound it from below.
+        """
+        end = _number(process.rss_bytes)
+        high_water = _number(process.high_water_rss_bytes)
+        if high_water is not None and high_water_at_start is not None and high_water > high_water_at_start:
+            return {"rss_end_bytes": end, "peak_rss_bytes": high_water, "peak_exact": True}
+        seen = [v for v in (run.get("rss_start_bytes"), end,
+                            self.history.highest_rss_between(run["started_ts"], time.time())) if v is not None]
+        return {"rss_end_bytes": end, "peak_rss_bytes": max(seen, default=None), "peak_exact": False}
 
     def post_run_cell(self, result=None) -> None:
         """IPython hook: end the cell's run on the timeline; then, only when someone looks,
@@ -623,6 +697,15 @@ def _route_as_addressed(comm) -> None:
         comm._reply_subshell_for = lambda data, default: default
 
 
+def _number(read: Callable[[], Any]) -> int | None:
+    """``read()`` where it gives a byte count; None where it cannot (a probe's Unavailable)."""
+    try:
+        value = read()
+    except Exception:  # noqa: BLE001 - a figure of the timeline, never a broken cell
+        return None
+    return value if isinstance(value, int) else None
+
+
 def _package_version() -> str:
     return __version__
 
@@ -654,6 +737,7 @@ def register(shell) -> None:
     _comm_manager(shell).register_target(TARGET_NAME, channel.on_open)
     shell.events.register("pre_run_cell", channel.pre_run_cell)
     shell.events.register("post_run_cell", channel.post_run_cell)
+    channel.start_recording()
     _channel = channel
 
 

@@ -1,9 +1,13 @@
 """What the kernel remembers for the sidebar's timeline: samples, cell runs and marks.
 
 A page reload (or a second tab) opens a new comm and would start from an empty chart; the
-protocol's ``history`` message (1.3) gives it the last 15 minutes back. Everything here is
-bounded: the samples the sampler took while someone looked, the last :data:`KEEP_RUNS` cell
-runs and the last :data:`KEEP_MARKS` marks. The sampler thread, the main thread and (with
+protocol's ``history`` message (1.3) gives it the last 15 minutes back, and a panel shown again
+after it was hidden gets the samples it missed. The kernel samples from ``%load_ext`` on, whether
+or not anyone looks (1 Hz then), so the record has no blind spots: where it has a hole, the
+kernel could not sample (busy in C code holding the GIL, stopped, or dead), and the sidebar
+draws a gap there. Everything here is bounded: the last :data:`KEEP_SAMPLES` samples, the last
+:data:`KEEP_RUNS` cell runs (each with its RSS at start and end and its peak, since 1.5) and the
+last :data:`KEEP_MARKS` marks. The sampler thread, the main thread and (with
 kernel subshells) a subshell thread all touch it, so every access holds one lock, and a
 reader gets copies.
 """
@@ -55,18 +59,21 @@ class KernelHistory:
         with self._lock:
             self._samples.append(sample)
 
-    def run_started(self, execution_count: int | None, cell_id: str | None, ts: float | None = None
-                    ) -> dict[str, Any]:
-        """Record a cell's start; returns the run (pass it to :meth:`run_ended`)."""
+    def run_started(self, execution_count: int | None, cell_id: str | None, ts: float | None = None,
+                    **figures: Any) -> dict[str, Any]:
+        """Record a cell's start (with its memory ``figures``: ``rss_start_bytes``); returns the
+        run (pass it to :meth:`run_ended`)."""
         run = {"execution_count": execution_count, "cell_id": cell_id,
-               "started_ts": time.time() if ts is None else ts, "ended_ts": None, "status": "running"}
+               "started_ts": time.time() if ts is None else ts, "ended_ts": None, "status": "running",
+               **figures}
         with self._lock:
             self._runs.append(run)
         return dict(run)
 
-    def run_ended(self, run: dict[str, Any], ok: bool, ts: float | None = None) -> dict[str, Any]:
-        """Record the end of ``run`` (what :meth:`run_started` returned); returns the ended run."""
-        ended = dict(run, ended_ts=time.time() if ts is None else ts, status="ok" if ok else "error")
+    def run_ended(self, run: dict[str, Any], ok: bool, ts: float | None = None, **figures: Any) -> dict[str, Any]:
+        """Record the end of ``run`` (what :meth:`run_started` returned) with its memory
+        ``figures`` (``rss_end_bytes``, ``peak_rss_bytes``, ...); returns the ended run."""
+        ended = dict(run, **figures, ended_ts=time.time() if ts is None else ts, status="ok" if ok else "error")
         with self._lock:
             # Replaced, not changed in place: a reader's copy of the list stays as it was.
             for index in range(len(self._runs) - 1, -1, -1):
@@ -76,17 +83,26 @@ class KernelHistory:
                     break
         return dict(ended)
 
+    def highest_rss_between(self, start_ts: float, end_ts: float) -> int | None:
+        """The highest ``rss_bytes`` of the samples taken from ``start_ts`` to ``end_ts``."""
+        with self._lock:
+            values = [s["rss_bytes"] for s in self._samples
+                      if start_ts <= s.get("ts", 0) <= end_ts and isinstance(s.get("rss_bytes"), int)]
+        return max(values, default=None)
+
     def add_mark(self, kind: str, ts: float) -> None:
         """Mark a moment on the timeline (``clear_tf``, ``fresh_model``, ...)."""
         with self._lock:
             self._marks.append({"kind": kind, "ts": ts})
 
-    def message(self, now: float | None = None) -> dict[str, Any]:
-        """The protocol's ``history`` message: the last :data:`WINDOW_S` seconds, oldest first."""
+    def message(self, now: float | None = None, after_ts: float | None = None) -> dict[str, Any]:
+        """The protocol's ``history`` message: the last :data:`WINDOW_S` seconds, oldest first;
+        only the samples newer than ``after_ts`` where given (what a frontend does not have)."""
         now = time.time() if now is None else now
         since = now - WINDOW_S
         with self._lock:
-            samples = [s for s in self._samples if s.get("ts", 0) >= since]
+            samples = [s for s in self._samples
+                       if s.get("ts", 0) >= since and (after_ts is None or s.get("ts", 0) > after_ts)]
             runs = [dict(r) for r in self._runs
                     if (r["ended_ts"] is None or r["ended_ts"] >= since)]
             marks = [dict(m) for m in self._marks if m["ts"] >= since]

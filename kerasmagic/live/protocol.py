@@ -25,7 +25,7 @@ __all__ = [
 
 TARGET_NAME = "kerasmagic.live"
 #: Bumped independently of the package version: major = incompatible, minor = additive.
-PROTOCOL_VERSION = "1.4.0"
+PROTOCOL_VERSION = "1.5.0"
 
 MIN_INTERVAL_S = 0.1
 MAX_INTERVAL_S = 60.0
@@ -335,7 +335,11 @@ def _run(value: Any) -> bool:
         return False
     checks = {"execution_count": _number_or_null, "cell_id": _str_or_null, "started_ts": _NUM,
               "ended_ts": _number_or_null, "status": _STR}
-    return all(name in value and check(value[name]) for name, check in checks.items())
+    # Since 1.5, optional: the kernel's RSS at the cell's start and end, and its peak.
+    figures = {"rss_start_bytes": _number_or_null, "rss_end_bytes": _number_or_null,
+               "peak_rss_bytes": _number_or_null, "peak_exact": _BOOL}
+    return (all(name in value and check(value[name]) for name, check in checks.items())
+            and all(check(value[name]) for name, check in figures.items() if name in value))
 
 
 def _runs(value: Any) -> bool:
@@ -389,8 +393,9 @@ _TO_FRONTEND: dict[str, tuple[dict, dict]] = {
     "sample": (
         {"seq": _NUM, "ts": _NUM, "rss_bytes": _number_or_unavailable, "tf": _tf, "gpu": _gpu,
          "sample_cost_s": _NUM},
-        # Since 1.3 (a 1.2 frontend ignores them): cpu_pct, host; since 1.4: torch, jax.
-        {"cpu_pct": _number_or_unavailable, "host": _host, "torch": _torch, "jax": _jax},
+        # Since 1.3 (a 1.2 frontend ignores them): cpu_pct, host; since 1.4: torch, jax;
+        # since 1.5: interval_s, the interval the sample was taken at.
+        {"cpu_pct": _number_or_unavailable, "host": _host, "torch": _torch, "jax": _jax, "interval_s": _NUM},
     ),
     "facts": (
         {"ts": _NUM, "execution_count": _NUM, "tf_status": _str_or_unavailable,

@@ -158,7 +158,7 @@ class Sampler:
 
     def take(self) -> dict[str, Any]:
         """Take one sample outside the schedule (e.g. right after a clear), numbered in order."""
-        return take_sample(self._next_seq(), self.cpu)
+        return dict(take_sample(self._next_seq(), self.cpu), interval_s=self._interval_s)
 
     def _next_seq(self) -> int:
         with self._seq_lock:
@@ -184,7 +184,8 @@ class Sampler:
                     self._cond.wait(delay)
                     continue  # re-check stop/active/deadline: we may have been woken early
                 interval = self._interval_s
-            self._deliver(take_sample(self._next_seq(), self.cpu))
+            # The interval it was taken at (1.5): a longer silence before it is a gap.
+            self._deliver(dict(take_sample(self._next_seq(), self.cpu), interval_s=interval))
             with self._cond:
                 now = time.monotonic()
                 self._next_due += interval

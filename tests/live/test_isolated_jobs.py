@@ -195,10 +195,13 @@ def test_the_channel_routes_isolated_events_to_new_frontends_only():
     channel = LiveChannel(shell=None)
     try:
         new, old, hidden = FakeComm("new"), FakeComm("old"), FakeComm("hidden")
+        # Still opening (hello and history not yet sent): it must get nothing before them.
+        opening = FakeComm("opening")
         channel._listeners.update({
-            "new": {"comm": new, "visible": True, "jobs": True},
-            "old": {"comm": old, "visible": True, "jobs": False},
-            "hidden": {"comm": hidden, "visible": False, "jobs": True},
+            "new": {"comm": new, "visible": True, "jobs": True, "ready": True},
+            "old": {"comm": old, "visible": True, "jobs": False, "ready": True},
+            "hidden": {"comm": hidden, "visible": False, "jobs": True, "ready": True},
+            "opening": {"comm": opening, "visible": True, "jobs": True, "ready": False},
         })
         events.publish("isolated_started", started())
         events.publish("isolated_sample", sample())
@@ -209,6 +212,7 @@ def test_the_channel_routes_isolated_events_to_new_frontends_only():
                                 ("event", "clear_tf")]
         assert methods(old) == [("event", "clear_tf")]  # no isolated_* at all, not even as `event`
         assert methods(hidden) == [("isolated_started", None), ("isolated_done", None), ("event", "clear_tf")]
+        assert methods(opening) == []
         assert [j["job_id"] for j in channel.isolated.snapshot()["jobs"]] == ["j1"]
     finally:
         channel.close()

@@ -71,7 +71,9 @@ def test_major_version_mismatch_is_refused(kernel):
     kernel.wait_comm_close(comm_id)
     no_version = kernel.open_comm(protocol_version=None)
     assert kernel.comm_data(no_version, "error")["code"] == "protocol_mismatch"
-    assert kernel.execute(THREADS).strip() == "[]"  # a refused frontend starts no sampler
+    # A refused frontend is no listener, and makes the kernel sample no faster than its record.
+    assert kernel.execute(STATE).split() == ["0", "0", "False"]
+    assert kernel.execute(INTERVAL).strip() == "1.0"
 
 
 def test_malformed_messages_get_errors_and_the_kernel_lives(kernel):
@@ -143,7 +145,8 @@ def test_unload_shuts_nvml_down(kernel):
 
 
 STATE = ("from kerasmagic.live import channel as _c; _ch = _c.active_channel(); "
-         "print(_ch.listener_count, _ch.visible_count, _ch.sampler.active)")
+         "print(_ch.listener_count, _ch.visible_count, _ch.looking)")
+INTERVAL = "from kerasmagic.live import channel as _c; print(_c.active_channel().sampler.interval_s)"
 
 
 def test_every_message_on_open_follows_the_protocol(kernel):
@@ -319,7 +322,7 @@ class _DeadComm:
         raise RuntimeError("cannot close")
 def _broken_view(message):
     raise RuntimeError("view broke")
-_ch._listeners["dead"] = {"comm": _DeadComm(), "visible": True}
+_ch._listeners["dead"] = {"comm": _DeadComm(), "visible": True, "ready": True}
 _stop = _ch.add_listener(_broken_view)
 for _ in range(3):
     events.publish("clear_tf", {"freed_rss_bytes": 1})

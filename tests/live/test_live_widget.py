@@ -65,7 +65,7 @@ def test_tf_mem_live_magic_shows_the_view(kernel):
 
 
 LISTENERS = ("from kerasmagic.live import channel as _c; _ch = _c.active_channel(); "
-             "print(_ch.view_count, _ch.sampler.active)")
+             "print(_ch.view_count, _ch.looking)")
 
 
 def _run_magic(kernel, code):
@@ -77,7 +77,7 @@ def _run_magic(kernel, code):
 
 
 @pytest.mark.kernel
-def test_rerunning_live_keeps_one_view_and_closing_it_lets_the_sampler_sleep(kernel):
+def test_rerunning_live_keeps_one_view_and_closing_it_stops_following(kernel):
     kernel.execute("%load_ext kerasmagic")
     _run_magic(kernel, "first = %tf_mem --live")
     assert kernel.execute(LISTENERS).split() == ["1", "True"]
@@ -86,7 +86,7 @@ def test_rerunning_live_keeps_one_view_and_closing_it_lets_the_sampler_sleep(ker
     assert kernel.execute(LISTENERS).split() == ["1", "True"]
     assert kernel.execute("print(first.running, second.running, first.stop_button.description)").split() == [
         "False", "True", "Stopped"]
-    # Closing the widget from Python stops the view: nothing listens, the sampler sleeps.
+    # Closing the widget from Python stops the view: nothing looks (the kernel still records).
     kernel.execute("second.widget.close()")
     assert kernel.execute(LISTENERS).split() == ["0", "False"]
     assert kernel.execute("print(second.running)").strip() == "False"
