@@ -51,8 +51,8 @@ _CELLS_MINOR = 2
 _TIMELINE_MINOR = 3
 
 #: How often the kernel samples while no panel or view looks: the record a panel replays when it
-#: opens or is shown again has no blind spots, at about 0.002 % of a core
-#: (``benchmarks/bench_live_record.py``). A panel that looks may ask for a faster interval.
+#: opens or is shown again has no blind spots, at about 0.04 % of a core with TensorFlow running
+#: (``benchmarks/bench_sampler.py``, 2-core Xeon). A panel that looks may ask for a faster interval.
 RECORD_INTERVAL_S = 1.0
 
 _channel: LiveChannel | None = None
