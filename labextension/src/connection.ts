@@ -172,8 +172,20 @@ export function cellRunOf(run: ICellRunData): ICellRun {
     cellId: run.cell_id,
     startedTs: run.started_ts,
     endedTs: run.ended_ts,
-    status: run.status
+    status: run.status,
+    rssStartBytes: run.rss_start_bytes ?? null,
+    rssEndBytes: run.rss_end_bytes ?? null,
+    peakRssBytes: run.peak_rss_bytes ?? null,
+    peakExact: run.peak_exact ?? false
   };
+}
+
+/**
+ * How long the kernel may be silent before the time is a gap rather than a line: a few
+ * intervals, and never under 2.5 s (a loaded machine delays a tick or two).
+ */
+export function gapAfterS(intervalS: number): number {
+  return Math.max(3 * intervalS, intervalS + 2.5);
 }
 
 /** Add one facts message's numbers to the history. */
@@ -218,6 +230,8 @@ interface IKernelRecord {
   /** Kernel-clock ts of the newest sample recorded, and when it arrived (ms, page clock). */
   lastSampleTs: number | null;
   lastSampleAt: number | null;
+  /** The interval the newest sample was taken at (the kernel's, or ours before 1.5). */
+  lastIntervalS: number | null;
   lastEvent: IEvent | null;
   clearReport: IClearReport | null;
   /** The pid the kernel's hello gave; another pid under the same id is a restart. */
@@ -587,6 +601,18 @@ export class LiveConnection implements IDisposable {
     if (record.lastSampleTs !== null && sample.ts <= record.lastSampleTs) {
       return false;
     }
+    // A kernel before 1.5 does not say its interval: it sampled at ours while looked at.
+    const interval = Math.max(
+      sample.interval_s ?? this._intervalS,
+      record.lastIntervalS ?? 0
+    );
+    if (
+      record.lastSampleTs !== null &&
+      sample.ts - record.lastSampleTs > gapAfterS(interval)
+    ) {
+      record.history.addGap(record.lastSampleTs + interval);
+    }
+    record.lastIntervalS = sample.interval_s ?? this._intervalS;
     recordSample(record.history, sample);
     record.lastSampleTs = sample.ts;
     record.lastSampleAt = Date.now();
@@ -626,6 +652,7 @@ export class LiveConnection implements IDisposable {
       host: null,
       lastSampleTs: null,
       lastSampleAt: null,
+      lastIntervalS: null,
       lastEvent: null,
       clearReport: null,
       pid: null,

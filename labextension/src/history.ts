@@ -85,6 +85,14 @@ export class SeriesHistory {
     buffer.push({ ts, value });
   }
 
+  /**
+   * A hole at `ts` in every series: the kernel took no sample for a while (busy in C code
+   * holding the GIL, stopped, or dead), so a line must not join the points on either side.
+   */
+  addGap(ts: number): void {
+    this._series.forEach(buffer => buffer.push({ ts, value: null }));
+  }
+
   points(series: string): IPoint[] {
     return this._series.get(series)?.toArray() ?? [];
   }
@@ -106,6 +114,11 @@ export interface ICellRun {
   endedTs: number | null;
   /** `running`, `ok` or `error` (a newer kernel may send others). */
   status: string;
+  /** The kernel's RSS at the cell's start and end, and its peak (kernels of 1.5 on). */
+  rssStartBytes?: number | null;
+  rssEndBytes?: number | null;
+  peakRssBytes?: number | null;
+  peakExact?: boolean;
 }
 
 /** A moment on the timeline: `clear_tf`, `fresh_model`, `restart`, ...; kernel clock. */

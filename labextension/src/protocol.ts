@@ -6,7 +6,7 @@
 
 export const TARGET_NAME = 'kerasmagic.live';
 /** Bumped independently of the package version: major = incompatible, minor = additive. */
-export const PROTOCOL_VERSION = '1.4.0';
+export const PROTOCOL_VERSION = '1.5.0';
 export const MIN_INTERVAL_S = 0.1;
 export const MAX_INTERVAL_S = 60;
 
@@ -109,6 +109,8 @@ export interface ISample {
   torch?: ITorchAllocator | IUnavailable;
   /** Since 1.4, only where the kernel imported JAX. */
   jax?: IJaxAllocator | IUnavailable;
+  /** Since 1.5: the interval this sample was taken at; a longer silence before it is a gap. */
+  interval_s?: number;
 }
 
 export interface ILiveModel {
@@ -267,6 +269,12 @@ export interface ICellRunData {
   started_ts: number;
   ended_ts: number | null;
   status: string;
+  /** Since 1.5: the kernel's RSS when the cell started, and when it ended. */
+  rss_start_bytes?: number | null;
+  rss_end_bytes?: number | null;
+  /** Since 1.5: the highest RSS during the cell; exact where the kernel's high-water mark rose. */
+  peak_rss_bytes?: number | null;
+  peak_exact?: boolean;
 }
 
 /** Since 1.3: a cell started (ended_ts null) or ended. */
@@ -504,10 +512,21 @@ const RUN_FIELDS: { [field: string]: Check } = {
   status: isString
 };
 
+/** Since 1.5, optional: the kernel's RSS at the cell's start and end, and its peak. */
+const RUN_FIGURES: { [field: string]: Check } = {
+  rss_start_bytes: numberOrNull,
+  rss_end_bytes: numberOrNull,
+  peak_rss_bytes: numberOrNull,
+  peak_exact: v => typeof v === 'boolean'
+};
+
 const run: Check = v =>
   isObject(v) &&
   Object.entries(RUN_FIELDS).every(
     ([name, check]) => name in v && check(v[name])
+  ) &&
+  Object.entries(RUN_FIGURES).every(
+    ([name, check]) => !(name in v) || check(v[name])
   );
 
 const runs: Check = v => Array.isArray(v) && v.every(run);
@@ -556,8 +575,15 @@ const TO_FRONTEND: { [method: string]: IFieldSpec } = {
       gpu,
       sample_cost_s: isNumber
     },
-    // Since 1.3 (a 1.2 frontend ignores them): cpu_pct, host; since 1.4: torch, jax.
-    optional: { cpu_pct: numberOrUnavailable, host, torch, jax }
+    // Since 1.3 (a 1.2 frontend ignores them): cpu_pct, host; since 1.4: torch, jax;
+    // since 1.5: interval_s.
+    optional: {
+      cpu_pct: numberOrUnavailable,
+      host,
+      torch,
+      jax,
+      interval_s: isNumber
+    }
   },
   facts: {
     required: {

@@ -16,6 +16,38 @@ export interface ICellRunLike {
   startedTs: number;
   endedTs: number | null;
   status: string;
+  rssStartBytes?: number | null;
+  rssEndBytes?: number | null;
+  peakRssBytes?: number | null;
+  peakExact?: boolean;
+}
+
+/**
+ * What a finished cell did to the kernel's memory: `+201 MiB`, and its peak where that rose
+ * above both ends (`peak 1.2 GiB`); null where the kernel did not say (before 1.5).
+ */
+export function runChange(
+  run: ICellRunLike
+): { change: string; peak: string | null } | null {
+  const start = run.rssStartBytes;
+  const end = run.rssEndBytes;
+  if (
+    run.endedTs === null ||
+    typeof start !== 'number' ||
+    typeof end !== 'number'
+  ) {
+    return null;
+  }
+  const delta = end - start;
+  const change = (delta >= 0 ? '+' : '') + formatBytes(delta);
+  const peak = run.peakRssBytes;
+  return {
+    change,
+    peak:
+      typeof peak === 'number' && peak > Math.max(start, end)
+        ? formatBytes(peak)
+        : null
+  };
 }
 
 /** A moment marked on the timeline: `restart`, `clear_tf`, `fresh_model`. */
@@ -134,6 +166,28 @@ export function pointNear(
     }
   }
   return best;
+}
+
+/**
+ * The holes in a series: from the last number before a null to the first number after it.
+ * A null between numbers is where the kernel took no sample (`SeriesHistory.addGap`).
+ */
+export function gapsIn(points: IPoint[]): { from: number; to: number }[] {
+  const holes: { from: number; to: number }[] = [];
+  let lastNumber: number | null = null;
+  let inHole = false;
+  for (const point of points) {
+    if (point.value === null) {
+      inHole = lastNumber !== null;
+    } else {
+      if (inHole && lastNumber !== null) {
+        holes.push({ from: lastNumber, to: point.ts });
+      }
+      inHole = false;
+      lastNumber = point.ts;
+    }
+  }
+  return holes;
 }
 
 /** The SVG path (`M…L…`) of a series, one subpath per run of numbers (null: a gap). */
@@ -495,6 +549,7 @@ export class Timeline {
           class: `jp-KerasMagic-span${box.running ? ' jp-mod-running' : ''}`,
           'data-run': index,
           'data-label': box.label,
+          'data-change': runChange(box.run)?.change ?? '',
           'data-status': box.run.status
         },
         spansLayer
@@ -689,6 +744,16 @@ export class Timeline {
         show(Math.max(...values))
       );
     });
+    const holes = drawn.length ? gapsIn(drawn[0].points) : [];
+    holes.forEach(hole =>
+      parts.push(
+        trans.__(
+          'no samples for %1 s from %2 (the kernel could not sample)',
+          Math.round(hole.to - hole.from),
+          formatClock(hole.from)
+        )
+      )
+    );
     parts.push(trans.__('%1 cell runs', this._spans.length));
     const marks = data.marks.filter(m => m.ts >= this._range()[0]);
     if (marks.length) {
@@ -729,7 +794,21 @@ export class Timeline {
           formatClock(run.startedTs),
           formatClock(end),
           (end - run.startedTs).toFixed(1)
-        );
+        ) + this._changeText(run);
+  }
+
+  /** `, +201 MiB in [3], peak 1.2 GiB`: empty where the kernel did not say. */
+  private _changeText(run: ICellRunLike): string {
+    const figures = runChange(run);
+    if (!figures) {
+      return '';
+    }
+    const trans = this._trans;
+    return (
+      ', ' +
+      trans.__('%1 in %2', figures.change, runLabel(run)) +
+      (figures.peak ? ', ' + trans.__('peak %1', figures.peak) : '')
+    );
   }
 
   /** The crosshair and the readout of every series at the cursor's time. */

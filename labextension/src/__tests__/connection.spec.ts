@@ -7,6 +7,7 @@ import { Signal } from '@lumino/signaling';
 import { readFixture } from './fixtures';
 import { LiveConnection, SERIES } from '../connection';
 import { addMark, ICellRun, IMark, upsertCellRun } from '../history';
+import { gapsIn } from '../timeline';
 
 // LiveConnection listens to page visibility and unload; jest runs without a DOM.
 const noop = () => undefined;
@@ -240,6 +241,36 @@ describe('LiveConnection with a 1.3 kernel', () => {
     // The same sample again (in a replay and live) is one point, too.
     kernel.comm.receive(newer);
     expect(connection.history.points(SERIES.rss)).toHaveLength(1);
+    connection.dispose();
+  });
+
+  it('draws a silence of the kernel as a gap, and its regular ticks as a line', async () => {
+    const kernel = new FakeKernel('k1');
+    const { connection } = await attached(kernel);
+    const base = data('sample_cpu_host.json');
+    const at = (ts: number, interval_s: number) => ({
+      ...base,
+      ts,
+      interval_s,
+      seq: ts
+    });
+    // 1 Hz while nobody looked (replayed), then a 40 s silence (the kernel was stopped).
+    [100, 101, 102.2, 103].forEach(ts => kernel.comm.receive(at(ts, 1)));
+    kernel.comm.receive(at(143, 1));
+    const points = connection.history.points(SERIES.rss);
+    expect(points.map(p => p.value === null)).toEqual([
+      false,
+      false,
+      false,
+      false,
+      true,
+      false
+    ]);
+    expect(gapsIn(points)).toEqual([{ from: 103, to: 143 }]);
+    // The panel's 0.2 s ticks after a replay at 1 Hz: no gap where the slower one spaced them.
+    kernel.comm.receive(at(144, 0.2));
+    kernel.comm.receive(at(144.2, 0.2));
+    expect(gapsIn(connection.history.points(SERIES.rss))).toHaveLength(1);
     connection.dispose();
   });
 

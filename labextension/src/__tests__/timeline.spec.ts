@@ -8,6 +8,7 @@ import {
   pctTop,
   pointNear,
   runAt,
+  runChange,
   runLabel,
   sliceWindow
 } from '../timeline';
@@ -200,5 +201,24 @@ describe('runAt and runLabel', () => {
   it('labels a run as the notebook does', () => {
     expect(runLabel(run(12, 0, 1))).toBe('[12]');
     expect(runLabel(run(null, 0, 1))).toBe('[*]');
+  });
+});
+
+describe('runChange', () => {
+  it('says what a finished cell did, and its peak where it rose above both ends', () => {
+    const grew = {
+      ...run(3, 10, 20),
+      rssStartBytes: 800 * MIB,
+      rssEndBytes: 1001 * MIB,
+      peakRssBytes: 1.5 * GIB
+    };
+    expect(runChange(grew)).toEqual({ change: '+201 MiB', peak: '1.50 GiB' });
+    const freed = { ...grew, rssEndBytes: 700 * MIB, peakRssBytes: 800 * MIB };
+    expect(runChange(freed)).toEqual({ change: '−100 MiB', peak: null });
+  });
+
+  it('says nothing for a running cell or a kernel before 1.5', () => {
+    expect(runChange({ ...run(3, 10, null), rssStartBytes: MIB })).toBeNull();
+    expect(runChange(run(3, 10, 20))).toBeNull();
   });
 });
