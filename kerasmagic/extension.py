@@ -5,6 +5,7 @@ from __future__ import annotations
 import atexit
 import logging
 import sys
+import time
 
 from . import guard, leak_watch, postmortem
 from .live import channel
@@ -45,7 +46,9 @@ def _start_guard(shell) -> None:
         try:
             deaths = postmortem.previous_deaths(folder, identity)
             if deaths:
-                print(f"kerasmagic: {postmortem.explain(deaths[0])}")
+                explanation = postmortem.explain(deaths[0])
+                print(f"kerasmagic: {explanation}")
+                _tell_the_sidebar(deaths[0], explanation)
             for death in deaths:  # said once: the next kernel must not say it again
                 postmortem.forget(death["path"])
             postmortem.sweep(folder)
@@ -55,6 +58,23 @@ def _start_guard(shell) -> None:
         # A kernel that exits (shutdown, restart, exit()) ends cleanly: only a death leaves a record.
         atexit.register(record.close_clean)
     guard.start(shell, record)
+
+
+def _tell_the_sidebar(death: dict, explanation: str) -> None:
+    """The sidebar of this kernel says it too (protocol 1.5's ``postmortem``), beside the
+    dead kernel's timeline where the page saw the death, alone where it was reloaded since."""
+    live = channel.active_channel()
+    if live is None:
+        return
+    cell = death.get("cell")
+    number = cell.get("execution_count") if isinstance(cell, dict) else None
+    died = death.get("updated_ts")
+    live.note_previous_death({
+        "method": "postmortem", "ts": time.time(),
+        "died_ts": float(died) if isinstance(died, (int, float)) else None,
+        "execution_count": number if isinstance(number, int) else None,
+        "text": explanation,
+    })
 
 
 def unload(shell) -> None:

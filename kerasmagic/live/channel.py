@@ -49,6 +49,8 @@ _JOBS_MINOR = 1
 _CELLS_MINOR = 2
 #: The protocol minor version that added ``cell_run`` and ``history`` (the timeline).
 _TIMELINE_MINOR = 3
+#: The protocol minor version that added ``postmortem`` (why the previous kernel died).
+_POSTMORTEM_MINOR = 5
 
 #: How often the kernel samples while no panel or view looks: the record a panel replays when it
 #: opens or is shown again has no blind spots, at about 0.04 % of a core with TensorFlow running
@@ -146,6 +148,9 @@ class LiveChannel:
         #: Isolated jobs (running and the last few finished), kept for sidebars that attach later.
         self.isolated = isolated_jobs.IsolatedJobs()
         self._unsubscribe = events.subscribe(self._on_event)
+        #: The ``postmortem`` message of this notebook's previous kernel, if it died: every
+        #: sidebar that attaches to this kernel gets it.
+        self.previous_death: dict[str, Any] | None = None
 
     # ---- bookkeeping ------------------------------------------------------------------
     @property
@@ -182,6 +187,17 @@ class LiveChannel:
             self._update_sampler()
 
         return remove
+
+    def note_previous_death(self, message: dict[str, Any]) -> None:
+        """Keep the ``postmortem`` message for sidebars that attach later, and send it to those
+        attached now.
+
+        Example:
+            >>> active_channel().note_previous_death({"method": "postmortem", "ts": 1.0, "died_ts": 0.5,
+            ...                                       "execution_count": 12, "text": "..."})   # doctest: +SKIP
+        """
+        self.previous_death = to_jsonable(message)
+        self._broadcast_to("postmortem", self.previous_death, visible_only=False)
 
     def start_recording(self) -> None:
         """Sample from now on whether or not anyone looks (what ``%load_ext`` does).
@@ -312,6 +328,7 @@ class LiveChannel:
                 "jobs": speaks_at_least(peer_version, _JOBS_MINOR),
                 "cells": speaks_at_least(peer_version, _CELLS_MINOR),
                 "timeline": speaks_at_least(peer_version, _TIMELINE_MINOR),
+                "postmortem": speaks_at_least(peer_version, _POSTMORTEM_MINOR),
             }
         comm.on_msg(self.on_msg)
         comm.on_close(self.on_close)
@@ -333,6 +350,8 @@ class LiveChannel:
         entry = self._listeners.get(comm.comm_id)
         if entry is not None and entry.get("timeline"):
             self._send_history(comm, entry)
+        if entry is not None and entry.get("postmortem") and self.previous_death is not None:
+            self._send(comm, self.previous_death)
         self._push_now(comm)
         if entry is not None:
             entry["ready"] = True

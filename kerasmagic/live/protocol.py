@@ -426,6 +426,8 @@ _TO_FRONTEND: dict[str, tuple[dict, dict]] = {
     ),
     # Since 1.3, only to a frontend that opened with 1.3 or later.
     "cell_run": ({"ts": _NUM, "run": _run}, {}),
+    # Since 1.5: why this notebook's previous kernel died (kerasmagic.postmortem).
+    "postmortem": ({"ts": _NUM, "died_ts": _number_or_null, "execution_count": _number_or_null, "text": _STR}, {}),
     "history": ({"ts": _NUM, "samples": _samples, "cell_runs": _runs, "marks": _marks}, {}),
 }
 _DIRECTIONS = {"to_kernel": _TO_KERNEL, "to_frontend": _TO_FRONTEND}

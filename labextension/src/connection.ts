@@ -250,7 +250,26 @@ function canWait(data: { method: string; [key: string]: unknown }): boolean {
     : data.method !== 'refresh';
 }
 
-const RESTART_STATUSES = new Set<string>(['restarting', 'autorestarting']);
+/**
+ * `restarting`: a restart someone asked for. `autorestarting`: the server found the kernel
+ * dead (killed by the OOM killer, crashed, `os._exit`) and started a new one; `dead`: it found
+ * it dead and could not. The last two are deaths, never shown as restarts.
+ */
+const RESTART_STATUSES = new Set<string>(['restarting']);
+const DEATH_STATUSES = new Set<string>(['autorestarting', 'dead']);
+
+/** A kernel that died, as the sidebar tells it until the user dismisses it. */
+export interface IDeath {
+  /** When, on the kernel's clock; null where not known. */
+  diedTs: number | null;
+  /** The cell that was running (its `In[n]`), null between cells or where not known. */
+  executionCount: number | null;
+  /** Why, as the next kernel's kerasmagic found it (`postmortem`); null until it says. */
+  text: string | null;
+  /** The dead kernel's record (its timeline, runs and marks); null where this page did not
+   * see the death (reloaded since: only the next kernel's `postmortem` tells it). */
+  record: IKernelRecord | null;
+}
 
 /**
  * An idle kernel answers a comm_open in milliseconds (hello, or a close for an unknown
@@ -490,6 +509,9 @@ export class LiveConnection implements IDisposable {
 
   private _onStatus(session: ISessionContext, status: Kernel.Status): void {
     if (GONE_STATUSES.has(status)) {
+      if (DEATH_STATUSES.has(status) && !this._deaths.has(this._kernelId())) {
+        this._noteDeath(status === 'autorestarting');
+      }
       if (this._state.kind !== 'restarting') {
         if (RESTART_STATUSES.has(status)) {
           // Same kernel id, a new process: a new history that starts with the restart.
@@ -552,6 +574,44 @@ export class LiveConnection implements IDisposable {
         'execute_request'
     ) {
       this._attach();
+    }
+  }
+
+  /**
+   * The followed kernel died: keep its record as it was (the panel shows its timeline, greyed,
+   * with the death marked) and, where the server starts a new kernel under the same id, begin
+   * a new record that is not called a restart.
+   */
+  private _noteDeath(replaced: boolean): void {
+    const record = this._record();
+    const diedTs = this._kernelNow();
+    addMark(record.marks, { kind: 'death', ts: diedTs });
+    this._deaths.set(this._kernelId(), {
+      diedTs,
+      executionCount: this._runningCount,
+      text: null,
+      record
+    });
+    if (replaced) {
+      this._newRecord(false);
+    }
+    this._changed.emit();
+  }
+
+  /** The death of the followed kernel's predecessor, until dismissed; null if none. */
+  get death(): IDeath | null {
+    return this._deaths.get(this._kernelId()) ?? null;
+  }
+
+  /** The user has read it: the panel stops showing the death and the dead timeline. */
+  dismissDeath(): void {
+    const death = this.death;
+    if (death) {
+      // The kernel tells every comm of it again (`postmortem`): a death from before now stays
+      // dismissed; a later one is news.
+      this._dismissedUntil.set(this._kernelId(), this._kernelNow());
+      this._deaths.delete(this._kernelId());
+      this._changed.emit();
     }
   }
 
@@ -950,6 +1010,30 @@ export class LiveConnection implements IDisposable {
       case 'history':
         this._replay(message);
         break;
+      case 'postmortem': {
+        const kernelId = this._kernelId();
+        const seen = this._deaths.get(kernelId);
+        if (seen) {
+          seen.text = message.text;
+          seen.executionCount ??= message.execution_count;
+        } else {
+          const death: IDeath = {
+            diedTs: message.died_ts,
+            executionCount: message.execution_count,
+            text: message.text,
+            record: null
+          };
+          const dismissed = this._dismissedUntil.get(kernelId);
+          if (
+            dismissed === undefined ||
+            death.diedTs === null ||
+            death.diedTs > dismissed
+          ) {
+            this._deaths.set(kernelId, death);
+          }
+        }
+        break;
+      }
       case 'isolated_started':
       case 'isolated_sample':
       case 'isolated_done':
@@ -1063,6 +1147,10 @@ export class LiveConnection implements IDisposable {
   private _intervalS: number;
   private _historyMinutes: number;
   private _records = new Map<string, IKernelRecord>();
+  /** Per kernel id, the death of its previous process, until dismissed. */
+  private _deaths = new Map<string, IDeath>();
+  /** Per kernel id, when (kernel clock) the user last dismissed a death. */
+  private _dismissedUntil = new Map<string, number>();
   private _latestSample: ISample | null = null;
   private _latestFacts: IFacts | null = null;
   private _cellGrowth: ICellGrowth | null = null;

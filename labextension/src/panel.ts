@@ -166,6 +166,28 @@ export class KerasMagicPanel extends Widget {
     header.appendChild(this._restarted);
     this.node.appendChild(header);
 
+    // A kernel that died: said above everything else, whatever the state of the next kernel,
+    // with the dead kernel's timeline (greyed) until the user dismisses it.
+    this._death = el('div', 'jp-KerasMagic-death');
+    this._death.setAttribute('role', 'alert');
+    this._deathTitle = el('p', 'jp-KerasMagic-deathTitle');
+    this._deathText = el('p', 'jp-KerasMagic-deathText');
+    this._deadTimeline = new Timeline({ trans, onRun: () => undefined });
+    this._deadTimeline.node.classList.add('jp-mod-dead');
+    const dismiss = el(
+      'button',
+      'jp-KerasMagic-deathDismiss',
+      trans.__('Dismiss')
+    );
+    dismiss.addEventListener('click', () => this.connection.dismissDeath());
+    this._death.append(
+      this._deathTitle,
+      this._deathText,
+      this._deadTimeline.node,
+      dismiss
+    );
+    this._death.hidden = true;
+    this.node.appendChild(this._death);
     this._notice = el('div', 'jp-KerasMagic-notice');
     this.node.appendChild(this._notice);
 
@@ -277,6 +299,7 @@ export class KerasMagicPanel extends Widget {
     }
     this._stopTicker();
     this._timeline.dispose();
+    this._deadTimeline.dispose();
     this.connection.stateChanged.disconnect(this._update, this);
     this.connection.changed.disconnect(this._update, this);
     super.dispose();
@@ -331,6 +354,7 @@ export class KerasMagicPanel extends Widget {
     this.node.dataset.state = state.kind;
     this._kernelLabel.textContent = this._kernelText(state);
     this._renderNotice(state);
+    this._renderDeath();
     const connected = state.kind === 'connected';
     this._body.hidden = !connected;
     this._renderKernelRecord();
@@ -410,6 +434,44 @@ export class KerasMagicPanel extends Widget {
         )
       : '';
     this._event.hidden = !event;
+  }
+
+  /** The followed kernel's predecessor died: when, in which cell, why, and its timeline. */
+  private _renderDeath(): void {
+    const trans = this._trans;
+    const death = this.connection.death;
+    this._death.hidden = death === null;
+    this.node.dataset.death =
+      death?.diedTs?.toString() ?? (death ? 'unknown' : '');
+    if (death === null) {
+      return;
+    }
+    const when =
+      death.diedTs === null
+        ? trans.__('The kernel died')
+        : trans.__('The kernel died at %1', formatClock(death.diedTs));
+    this._deathTitle.textContent =
+      death.executionCount === null
+        ? when
+        : trans.__('%1 while cell [%2] ran', when, death.executionCount);
+    this._deathText.textContent =
+      death.text ??
+      trans.__(
+        'The server found it dead: this was not a restart. Load kerasmagic in the next kernel (%load_ext kerasmagic): it says why where it can tell (out of memory, a crash).'
+      );
+    const record = death.record;
+    this._deadTimeline.node.hidden = record === null;
+    if (record !== null) {
+      const last = record.history.points(SERIES.rss).slice(-1)[0];
+      this._deadTimeline.render({
+        series: this._series(null),
+        points: key => record.history.points(key),
+        runs: record.cellRuns,
+        marks: record.marks,
+        now: Math.max(last?.ts ?? 0, death.diedTs ?? 0),
+        intervalS: this.connection.intervalS
+      });
+    }
   }
 
   private _kernelText(state: ConnectionState): string {
@@ -549,9 +611,30 @@ export class KerasMagicPanel extends Widget {
   }
 
   private _renderTimeline(sample: ISample | null): void {
-    const trans = this._trans;
     const history = this.connection.history;
-    const series: ISeriesSpec[] = [
+    const series = this._series(sample);
+    const runs = this.connection.cellRuns;
+    const lastPoint = history.points(SERIES.rss).slice(-1)[0];
+    const now = Math.max(
+      sample?.ts ?? 0,
+      lastPoint?.ts ?? 0,
+      ...runs.slice(-1).map(r => r.endedTs ?? r.startedTs),
+      ...this.connection.marks.slice(-1).map(m => m.ts)
+    );
+    this._timeline.render({
+      series,
+      points: key => history.points(key),
+      runs,
+      marks: this.connection.marks,
+      now,
+      intervalS: this.connection.intervalS
+    });
+  }
+
+  /** The chart's series; the GPU allocators' line is named after `sample`'s frameworks. */
+  private _series(sample: ISample | null): ISeriesSpec[] {
+    const trans = this._trans;
+    return [
       {
         key: SERIES.rss,
         label: trans.__('Kernel RSS'),
@@ -589,22 +672,6 @@ export class KerasMagicPanel extends Widget {
       },
       { key: SERIES.cpu, label: trans.__('CPU'), style: 'cpu', unit: 'pct' }
     ];
-    const runs = this.connection.cellRuns;
-    const lastPoint = history.points(SERIES.rss).slice(-1)[0];
-    const now = Math.max(
-      sample?.ts ?? 0,
-      lastPoint?.ts ?? 0,
-      ...runs.slice(-1).map(r => r.endedTs ?? r.startedTs),
-      ...this.connection.marks.slice(-1).map(m => m.ts)
-    );
-    this._timeline.render({
-      series,
-      points: key => history.points(key),
-      runs,
-      marks: this.connection.marks,
-      now,
-      intervalS: this.connection.intervalS
-    });
   }
 
   /** TensorFlow: one quiet line until its runtime runs, then the graph facts. */
@@ -1031,6 +1098,10 @@ export class KerasMagicPanel extends Widget {
   private _event: HTMLElement;
   private _footer: HTMLElement;
   private _restarted: HTMLElement;
+  private _death: HTMLElement;
+  private _deathTitle: HTMLElement;
+  private _deathText: HTMLElement;
+  private _deadTimeline: Timeline;
   private _jobsSection: HTMLElement;
   private _jobsTitle: HTMLElement;
   private _jobsList: HTMLElement;

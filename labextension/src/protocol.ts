@@ -290,6 +290,16 @@ export interface IMarkData {
   ts: number;
 }
 
+/** Since 1.5: why this notebook's previous kernel died, as this kernel's `%load_ext` found it. */
+export interface IPostmortem {
+  method: 'postmortem';
+  ts: number;
+  /** The dead kernel's last record time (same machine, same clock); null where unknown. */
+  died_ts: number | null;
+  execution_count: number | null;
+  text: string;
+}
+
 /** Since 1.3: what the kernel kept of the last 15 minutes, once on open (after hello). */
 export interface IHistory {
   method: 'history';
@@ -312,7 +322,8 @@ export type KernelMessage =
   | IsolatedMessage
   | ICellGrowth
   | ICellRunMessage
-  | IHistory;
+  | IHistory
+  | IPostmortem;
 
 export type FrontendMessage =
   | { method: 'open'; visible?: boolean; interval_s?: number }
@@ -644,6 +655,16 @@ const TO_FRONTEND: { [method: string]: IFieldSpec } = {
   cell_run: { required: { ts: isNumber, run }, optional: {} },
   history: {
     required: { ts: isNumber, samples, cell_runs: runs, marks },
+    optional: {}
+  },
+  // Since 1.5.
+  postmortem: {
+    required: {
+      ts: isNumber,
+      died_ts: numberOrNull,
+      execution_count: numberOrNull,
+      text: isString
+    },
     optional: {}
   }
 };

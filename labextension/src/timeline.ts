@@ -771,6 +771,8 @@ export class Timeline {
     switch (kind) {
       case 'restart':
         return this._trans.__('restart');
+      case 'death':
+        return this._trans.__('died');
       case 'clear_tf':
         return this._trans.__('clear');
       case 'fresh_model':

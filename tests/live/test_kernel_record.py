@@ -104,3 +104,38 @@ def test_a_cell_run_carries_its_rss_change_and_its_peak(kernel):
     status = kernel.execute("print(open('/proc/self/status').read())")
     vm_rss = next(int(line.split()[1]) * 1024 for line in status.splitlines() if line.startswith("VmRSS:"))
     assert abs(vm_rss - kept["rss_end_bytes"]) < 30 * MiB
+
+
+def test_a_sidebar_of_the_next_kernel_is_told_why_the_previous_one_died(tmp_path):
+    from kernel_session import KernelSession
+
+    env = {"JPY_SESSION_NAME": f"/tests/died-{uuid.uuid4().hex}.ipynb",
+           "KERASMAGIC_RECORD_DIR": str(tmp_path / "records"), "KERASMAGIC_MEMORY_LIMIT": ""}
+    first = KernelSession(env=env)
+    try:
+        first.execute("%load_ext kerasmagic")
+        msg_id = first.client.execute("import os; os._exit(1)")
+        started = first.wait_for(lambda m: m["msg_type"] == "execute_input"
+                                 and m["parent_header"].get("msg_id") == msg_id)
+        died = started["content"]["execution_count"]
+        process = first.manager.provisioner.process
+        deadline = time.monotonic() + 30
+        while process.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert process.poll() == 1
+    finally:
+        first.shutdown()
+    second = KernelSession(env=env)
+    try:
+        said = second.execute("%load_ext kerasmagic")
+        comm_id = _open(second)
+        second.comm_data(comm_id, "sample")
+        messages = _messages(second, comm_id)
+        assert [m["method"] for m in messages][:3] == ["hello", "history", "postmortem"]
+        postmortem = messages[2]
+        validate(postmortem, "to_frontend")
+        assert postmortem["execution_count"] == died
+        assert postmortem["text"] in said  # the same sentence as the cell's output
+        assert f"while cell [{died}] ran" in postmortem["text"] and "exited unexpectedly" in postmortem["text"]
+    finally:
+        second.shutdown()

@@ -326,6 +326,65 @@ describe('LiveConnection with a 1.3 kernel', () => {
   });
 });
 
+describe('LiveConnection and a kernel that dies', () => {
+  const setStatus = (
+    kernel: FakeKernel,
+    session: FakeSession,
+    status: string
+  ) => {
+    kernel.status = status;
+    session.statusChanged.emit(status);
+  };
+
+  it("keeps the dead kernel's timeline, marks the death, and never calls it a restart", async () => {
+    const kernel = new FakeKernel('k1');
+    const { connection, session } = await attached(kernel);
+    kernel.comm.receive(data('sample_cpu_host.json'));
+    kernel.iopubMessage.emit({
+      header: { msg_type: 'execute_input' },
+      parent_header: { msg_type: 'execute_request' },
+      content: { execution_count: 12 }
+    });
+    setStatus(kernel, session, 'autorestarting');
+    const death = connection.death!;
+    expect(death.executionCount).toBe(12);
+    expect(death.text).toBeNull();
+    expect(death.record!.history.points(SERIES.rss)).toHaveLength(1);
+    expect(death.record!.marks.map(m => m.kind)).toEqual(['death']);
+    // The new kernel's own record: empty, and no restart in it.
+    expect(connection.history.points(SERIES.rss)).toHaveLength(0);
+    expect(connection.restartedAt).toBeNull();
+    expect(connection.marks).toEqual([]);
+
+    // The next kernel loads kerasmagic and says why; the page shows it with the timeline.
+    setStatus(kernel, session, 'idle');
+    await settle();
+    kernel.comm.receive(hello(5151));
+    kernel.comm.receive({ ...data('postmortem.json'), execution_count: 12 });
+    expect(connection.death!.text).toContain('out-of-memory killer');
+    expect(connection.death!.record).toBe(death.record);
+    connection.dismissDeath();
+    expect(connection.death).toBeNull();
+    // Said again by the same kernel to a new comm (a tab switch): it stays dismissed.
+    kernel.comm.receive(data('postmortem.json'));
+    expect(connection.death).toBeNull();
+    connection.dispose();
+  });
+
+  it('tells a death it did not see, from the next kernel alone (a page reloaded since)', async () => {
+    const kernel = new FakeKernel('k1');
+    const { connection } = await attached(kernel);
+    kernel.comm.receive(data('postmortem.json'));
+    expect(connection.death).toEqual({
+      diedTs: data('postmortem.json').died_ts,
+      executionCount: 12,
+      text: data('postmortem.json').text,
+      record: null
+    });
+    connection.dispose();
+  });
+});
+
 describe("LiveConnection and the panel's visibility", () => {
   const visibility = (comm: FakeComm) =>
     comm.sent.filter((data: any) => data.method === 'visibility');
