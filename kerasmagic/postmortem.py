@@ -110,10 +110,12 @@ def _key(identity: str) -> str:
 
 def _start_ticks(pid: int) -> int | None:
     """The process's start time in clock ticks since boot (``/proc/<pid>/stat``): with the pid it
-    names one process, even after the pid is reused."""
+    names one process, even after the pid is reused. None for a zombie: a kernel that died and
+    whose parent has not reaped it yet is dead, and its next kernel may start meanwhile."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as status:
-            return int(status.read().rsplit(b")", 1)[1].split()[19])
+            fields = status.read().rsplit(b")", 1)[1].split()
+        return None if fields[0] in (b"Z", b"X") else int(fields[19])
     except (OSError, ValueError, IndexError):
         return None
 

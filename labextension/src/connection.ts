@@ -510,12 +510,32 @@ export class LiveConnection implements IDisposable {
   private _onStatus(session: ISessionContext, status: Kernel.Status): void {
     if (GONE_STATUSES.has(status)) {
       if (DEATH_STATUSES.has(status) && !this._deaths.has(this._kernelId())) {
-        this._noteDeath(status === 'autorestarting');
+        const pending = this._restartPending;
+        this._restartPending = null;
+        this._noteDeath(
+          pending?.record ?? this._record(),
+          pending ? pending.runningCount : this._runningCount,
+          status === 'autorestarting'
+        );
       }
       if (this._state.kind !== 'restarting') {
         if (RESTART_STATUSES.has(status)) {
-          // Same kernel id, a new process: a new history that starts with the restart.
-          this._newRecord(true, this._kernelNow());
+          // A server that found the kernel dead says 'restarting' too; @jupyterlab/services
+          // turns that into 'autorestarting' in a microtask queued before this one. A restart
+          // is only a restart when no death followed it.
+          const pending = {
+            record: this._record(),
+            runningCount: this._runningCount
+          };
+          this._restartPending = pending;
+          void Promise.resolve().then(() => {
+            if (this._restartPending === pending) {
+              this._restartPending = null;
+              // Same kernel id, a new process: a new history that starts with the restart.
+              this._newRecord(true, this._kernelNow());
+              this._changed.emit();
+            }
+          });
         }
         this._detach();
         this._setState({ kind: 'restarting' });
@@ -582,13 +602,16 @@ export class LiveConnection implements IDisposable {
    * with the death marked) and, where the server starts a new kernel under the same id, begin
    * a new record that is not called a restart.
    */
-  private _noteDeath(replaced: boolean): void {
-    const record = this._record();
+  private _noteDeath(
+    record: IKernelRecord,
+    runningCount: number | null,
+    replaced: boolean
+  ): void {
     const diedTs = this._kernelNow();
     addMark(record.marks, { kind: 'death', ts: diedTs });
     this._deaths.set(this._kernelId(), {
       diedTs,
-      executionCount: this._runningCount,
+      executionCount: runningCount,
       text: null,
       record
     });
@@ -1151,6 +1174,11 @@ export class LiveConnection implements IDisposable {
   private _deaths = new Map<string, IDeath>();
   /** Per kernel id, when (kernel clock) the user last dismissed a death. */
   private _dismissedUntil = new Map<string, number>();
+  /** A 'restarting' not yet known to be a restart (see `_onStatus`). */
+  private _restartPending: {
+    record: IKernelRecord;
+    runningCount: number | null;
+  } | null = null;
   private _latestSample: ISample | null = null;
   private _latestFacts: IFacts | null = null;
   private _cellGrowth: ICellGrowth | null = null;

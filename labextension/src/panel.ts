@@ -172,20 +172,15 @@ export class KerasMagicPanel extends Widget {
     this._death.setAttribute('role', 'alert');
     this._deathTitle = el('p', 'jp-KerasMagic-deathTitle');
     this._deathText = el('p', 'jp-KerasMagic-deathText');
-    this._deadTimeline = new Timeline({ trans, onRun: () => undefined });
-    this._deadTimeline.node.classList.add('jp-mod-dead');
-    const dismiss = el(
+    this._deathDismiss = el(
       'button',
       'jp-KerasMagic-deathDismiss',
       trans.__('Dismiss')
     );
-    dismiss.addEventListener('click', () => this.connection.dismissDeath());
-    this._death.append(
-      this._deathTitle,
-      this._deathText,
-      this._deadTimeline.node,
-      dismiss
+    this._deathDismiss.addEventListener('click', () =>
+      this.connection.dismissDeath()
     );
+    this._death.append(this._deathTitle, this._deathText, this._deathDismiss);
     this._death.hidden = true;
     this.node.appendChild(this._death);
     this._notice = el('div', 'jp-KerasMagic-notice');
@@ -299,7 +294,7 @@ export class KerasMagicPanel extends Widget {
     }
     this._stopTicker();
     this._timeline.dispose();
-    this._deadTimeline.dispose();
+    this._deadTimeline?.dispose();
     this.connection.stateChanged.disconnect(this._update, this);
     this.connection.changed.disconnect(this._update, this);
     super.dispose();
@@ -440,6 +435,12 @@ export class KerasMagicPanel extends Widget {
   private _renderDeath(): void {
     const trans = this._trans;
     const death = this.connection.death;
+    const record = death?.record ?? null;
+    if (record === null && this._deadTimeline) {
+      this._deadTimeline.node.remove();
+      this._deadTimeline.dispose();
+      this._deadTimeline = null;
+    }
     this._death.hidden = death === null;
     this.node.dataset.death =
       death?.diedTs?.toString() ?? (death ? 'unknown' : '');
@@ -459,9 +460,14 @@ export class KerasMagicPanel extends Widget {
       trans.__(
         'The server found it dead: this was not a restart. Load kerasmagic in the next kernel (%load_ext kerasmagic): it says why where it can tell (out of memory, a crash).'
       );
-    const record = death.record;
-    this._deadTimeline.node.hidden = record === null;
     if (record !== null) {
+      if (!this._deadTimeline) {
+        // Made only while there is a death to show: the live chart stays the panel's only
+        // other chart (and the first one in it, as the browser tests expect).
+        this._deadTimeline = new Timeline({ trans, onRun: () => undefined });
+        this._deadTimeline.node.classList.add('jp-mod-dead');
+        this._death.insertBefore(this._deadTimeline.node, this._deathDismiss);
+      }
       const last = record.history.points(SERIES.rss).slice(-1)[0];
       this._deadTimeline.render({
         series: this._series(null),
@@ -1101,7 +1107,8 @@ export class KerasMagicPanel extends Widget {
   private _death: HTMLElement;
   private _deathTitle: HTMLElement;
   private _deathText: HTMLElement;
-  private _deadTimeline: Timeline;
+  private _deathDismiss: HTMLElement;
+  private _deadTimeline: Timeline | null = null;
   private _jobsSection: HTMLElement;
   private _jobsTitle: HTMLElement;
   private _jobsList: HTMLElement;

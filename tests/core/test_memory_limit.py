@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -259,3 +260,22 @@ def test_a_clean_end_leaves_nothing_and_the_sweep_keeps_the_bound(tmp_path):
         _dead_record(folder, f"/me/{index}.ipynb")
     assert postmortem.sweep(str(folder), keep=2) == 3
     assert len(os.listdir(folder)) == 2
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_a_dead_kernel_not_yet_reaped_is_dead(tmp_path):
+    # A kernel killed by the OOM killer stays a zombie until the server reaps it, and the next
+    # kernel may start meanwhile: its death must be told all the same.
+    child = subprocess.Popen([sys.executable, "-c", "import os; os._exit(1)"])
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        with open(f"/proc/{child.pid}/stat", "rb") as stat:
+            if stat.read().rsplit(b")", 1)[1].split()[0] == b"Z":
+                break
+    else:
+        pytest.fail("the child never became a zombie")
+    try:
+        assert postmortem._start_ticks(os.getpid()) is not None  # a live process has its start
+        assert not postmortem._alive(child.pid, None)
+    finally:
+        child.wait()

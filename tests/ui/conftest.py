@@ -106,6 +106,8 @@ class LabServer(JupyterServerProcess):
         home = root / "home"
         env = dict(os.environ, JUPYTER_CONFIG_DIR=str(home / "config"), JUPYTER_RUNTIME_DIR=str(home / "runtime"),
                    TF_CPP_MIN_LOG_LEVEL="3", PYTHONUNBUFFERED="1",
+                   # The kernels' post-mortem records stay in the test's folder.
+                   KERASMAGIC_RECORD_DIR=str(home / "kernel-records"),
                    # The panel's TF rows and headline need TF's CPU allocator statistics. TF keeps
                    # them with oneDNN, on by itself on Intel CPUs but not on AMD ones (CI's machine),
                    # or on any CPU with this set before TF starts: the kernels get it. A run can

@@ -302,6 +302,8 @@ describe('LiveConnection with a 1.3 kernel', () => {
     // on the kernel clock (the last sample's ts plus the time since it arrived).
     const before = Date.now();
     session.statusChanged.emit('restarting');
+    // A restart is known as one once no 'autorestarting' (a death) followed in the same turn.
+    await Promise.resolve();
     const elapsed = (Date.now() - before) / 1000;
     expect(connection.cellRuns).toEqual([]);
     expect(connection.history.points(SERIES.rss)).toEqual([]);
@@ -345,7 +347,13 @@ describe('LiveConnection and a kernel that dies', () => {
       parent_header: { msg_type: 'execute_request' },
       content: { execution_count: 12 }
     });
-    setStatus(kernel, session, 'autorestarting');
+    // What @jupyterlab/services does when the server says it restarted a dead kernel:
+    // 'restarting' now, 'autorestarting' in a microtask it queued first.
+    void Promise.resolve().then(() =>
+      setStatus(kernel, session, 'autorestarting')
+    );
+    setStatus(kernel, session, 'restarting');
+    await settle();
     const death = connection.death!;
     expect(death.executionCount).toBe(12);
     expect(death.text).toBeNull();
