@@ -621,6 +621,31 @@ export class LiveConnection implements IDisposable {
     this._changed.emit();
   }
 
+  /**
+   * Load kerasmagic in the followed kernel (the empty state's button): `%load_ext kerasmagic`,
+   * run silently (no cell, no history); the sidebar attaches once it has run, as after a cell.
+   * Resolves with null when it loaded, else with the kernel's error (`ModuleNotFoundError: …`).
+   */
+  async loadExtension(): Promise<string | null> {
+    const kernel = this._session?.session?.kernel;
+    if (!kernel) {
+      return 'no kernel';
+    }
+    const reply = await kernel.requestExecute({
+      code: '%load_ext kerasmagic',
+      silent: true,
+      store_history: false
+    }).done;
+    const content = reply.content as {
+      status: string;
+      ename?: string;
+      evalue?: string;
+    };
+    return content.status === 'ok'
+      ? null
+      : `${content.ename ?? content.status}: ${content.evalue ?? ''}`;
+  }
+
   /** The death of the followed kernel's predecessor, until dismissed; null if none. */
   get death(): IDeath | null {
     return this._deaths.get(this._kernelId()) ?? null;

@@ -78,9 +78,17 @@ const plugin: JupyterFrontEndPlugin<void> = {
           run.cellId,
           id => app.shell.activateById(id),
           run.executionCount
-        )
+        ),
+      saveWindow: minutes =>
+        void settings
+          ?.set('timeline_window', minutes)
+          .catch(reason =>
+            console.warn('kerasmagic: cannot remember the window', reason)
+          )
     });
+    let settings: ISettingRegistry.ISettings | null = null;
     panel.id = PANEL_ID;
+    panel.node.tabIndex = -1;
     panel.title.icon = kerasMagicIcon;
     panel.title.caption = trans.__('Keras memory (kerasmagic)');
     app.shell.add(panel, 'right', { rank: 600 });
@@ -98,7 +106,12 @@ const plugin: JupyterFrontEndPlugin<void> = {
     app.commands.addCommand('kerasmagic:open-sidebar', {
       label: trans.__('Show the Keras memory sidebar'),
       describedBy: { args: { type: 'object', properties: {} } },
-      execute: () => app.shell.activateById(PANEL_ID)
+      execute: () => {
+        app.shell.activateById(PANEL_ID);
+        // Opened from the palette or the shortcut, the panel takes the focus (keyboard and
+        // screen-reader users land in it, not back in the notebook).
+        panel.node.focus();
+      }
     });
     // The docs and lesson 6 point users to the palette: without this entry they find nothing.
     palette?.addItem({
@@ -108,11 +121,16 @@ const plugin: JupyterFrontEndPlugin<void> = {
 
     if (settingRegistry) {
       try {
-        const settings = await settingRegistry.load(PLUGIN_ID);
-        connection.configure(readSettings(settings));
-        settings.changed.connect(() =>
-          connection.configure(readSettings(settings))
-        );
+        const loaded = await settingRegistry.load(PLUGIN_ID);
+        settings = loaded;
+        const apply = () => {
+          connection.configure(readSettings(loaded));
+          panel.timelineWindow = Number(
+            loaded.get('timeline_window').composite ?? 0
+          );
+        };
+        apply();
+        loaded.changed.connect(apply);
       } catch (reason) {
         console.warn(
           'kerasmagic: cannot load the sidebar settings, using defaults',

@@ -144,6 +144,8 @@ export namespace KerasMagicPanel {
     showCell?: (cellId: string) => Promise<boolean>;
     /** Show a cell run of the timeline: by its cell id, else by its execution count. */
     showRun?: (run: ICellRunLike) => Promise<boolean>;
+    /** The user chose a timeline window: remember it (the settings' `timeline_window`). */
+    saveWindow?: (minutes: number) => void;
   }
 }
 
@@ -193,6 +195,10 @@ export class KerasMagicPanel extends Widget {
       const node = el('div', 'jp-KerasMagic-headline');
       node.dataset.headline = name;
       node.title = title;
+      // One labelled figure for a screen reader ("Kernel RSS: 54.6 MiB"), not a run of text.
+      node.setAttribute('role', 'group');
+      node.setAttribute('aria-label', label);
+      node.dataset.label = label;
       node.appendChild(el('div', 'jp-KerasMagic-headlineLabel', label));
       const value = el('div', 'jp-KerasMagic-headlineValue', '–');
       node.appendChild(value);
@@ -235,7 +241,8 @@ export class KerasMagicPanel extends Widget {
 
     this._timeline = new Timeline({
       trans,
-      onRun: run => void this._showRun(run)
+      onRun: run => void this._showRun(run),
+      onWindowChange: minutes => options.saveWindow?.(minutes)
     });
     this._showRunCallback = options.showRun;
     this._body.appendChild(this._timeline.node);
@@ -310,6 +317,11 @@ export class KerasMagicPanel extends Widget {
     this._stopTicker();
   }
 
+  /** The timeline's window (minutes; 0: all the history), as the settings remember it. */
+  set timelineWindow(minutes: number) {
+    this._timeline.windowMinutes = minutes;
+  }
+
   // ---- building --------------------------------------------------------------------------
 
   /** A section with a title line and, on the right, how fresh its facts are. */
@@ -347,6 +359,9 @@ export class KerasMagicPanel extends Widget {
     }
     const state = this.connection.state;
     this.node.dataset.state = state.kind;
+    if (state.kind === 'connected') {
+      this._loadError = null;
+    }
     this._kernelLabel.textContent = this._kernelText(state);
     this._renderNotice(state);
     this._renderDeath();
@@ -539,15 +554,41 @@ export class KerasMagicPanel extends Widget {
           )
         );
         break;
-      case 'not_loaded':
+      case 'not_loaded': {
         say(
           trans.__('kerasmagic is not loaded in this kernel'),
           trans.__(
-            'Run this line in a cell of the notebook; the sidebar attaches as soon as it has run:'
+            'Load it here, or run this line in a cell of the notebook; the sidebar attaches as soon as it has run:'
           ),
           LOAD_LINE
         );
+        const load = el(
+          'button',
+          'jp-KerasMagic-loadButton',
+          trans.__('Load kerasmagic')
+        );
+        load.addEventListener('click', () => {
+          load.disabled = true;
+          void this.connection.loadExtension().then(error => {
+            load.disabled = false;
+            if (error) {
+              this._loadError = error;
+              this._update();
+            }
+          });
+        });
+        notice.appendChild(load);
+        if (this._loadError) {
+          notice.appendChild(
+            el(
+              'p',
+              'jp-KerasMagic-noticeHint jp-KerasMagic-loadError',
+              trans.__('It did not load: %1', this._loadError)
+            )
+          );
+        }
         break;
+      }
       case 'mismatch':
         say(
           trans.__(
@@ -581,6 +622,11 @@ export class KerasMagicPanel extends Widget {
       tile.node.hidden = value === null;
       tile.value.textContent = value ?? '';
       tile.sub.textContent = sub;
+      tile.node.setAttribute(
+        'aria-label',
+        trans.__('%1: %2', tile.node.dataset.label ?? '', value ?? '') +
+          (sub ? ` (${sub})` : '')
+      );
     };
     show(h.rss, bytesOrDash(sample.rss_bytes));
     const cpu = (name: string) => !isGpuDevice(name);
@@ -627,13 +673,18 @@ export class KerasMagicPanel extends Widget {
       ...runs.slice(-1).map(r => r.endedTs ?? r.startedTs),
       ...this.connection.marks.slice(-1).map(m => m.ts)
     );
+    const since = Math.min(
+      history.points(SERIES.rss)[0]?.ts ?? Infinity,
+      runs[0]?.startedTs ?? Infinity
+    );
     this._timeline.render({
       series,
       points: key => history.points(key),
       runs,
       marks: this.connection.marks,
       now,
-      intervalS: this.connection.intervalS
+      intervalS: this.connection.intervalS,
+      since: Number.isFinite(since) ? since : null
     });
   }
 
@@ -1104,6 +1155,8 @@ export class KerasMagicPanel extends Widget {
   private _event: HTMLElement;
   private _footer: HTMLElement;
   private _restarted: HTMLElement;
+  /** Why the empty state's "Load kerasmagic" failed, shown there until it loads. */
+  private _loadError: string | null = null;
   private _death: HTMLElement;
   private _deathTitle: HTMLElement;
   private _deathText: HTMLElement;

@@ -59,6 +59,15 @@ export interface IMarkLike {
 /** The part of a `TranslationBundle` the timeline needs (jest passes a plain one). */
 export interface IWording {
   __(msgid: string, ...args: any[]): string;
+  /** Singular or plural by `n` (TranslationBundle's `_n`); optional for plain test doubles. */
+  _n?(msgid: string, msgidPlural: string, n: number, ...args: any[]): string;
+}
+
+/** `trans._n` where the wording has it, else English's rule with `%1` as `n`. */
+function plural(trans: IWording, one: string, many: string, n: number): string {
+  return trans._n
+    ? trans._n(one, many, n, n)
+    : trans.__(n === 1 ? one : many, n);
 }
 
 // ---- pure geometry --------------------------------------------------------------------
@@ -328,9 +337,88 @@ export interface ITimelineData {
   now: number;
   /** Seconds between samples: how far the crosshair looks for a series' point. */
   intervalS: number;
+  /** The oldest time the chart has anything for (kernel clock): `FIT` starts there. */
+  since?: number | null;
 }
 
-export const WINDOWS_MIN = [1, 5, 15];
+/** The window switch's choices in minutes; `FIT` (0): all the history the chart has. */
+export const FIT = 0;
+export const WINDOWS_MIN = [FIT, 1, 5, 15];
+
+/**
+ * The time range the chart shows: the last `windowMin` minutes, or with `FIT` everything from
+ * the oldest thing it has (`since`) to `now`, never under a minute (a 25 s lesson then fills
+ * the chart instead of its right tenth).
+ */
+export function windowRange(
+  windowMin: number,
+  now: number,
+  since: number | null
+): [number, number] {
+  if (windowMin !== FIT) {
+    return [now - windowMin * 60, now];
+  }
+  const from = since === null ? now - 60 : Math.min(since, now - 60);
+  return [from, now];
+}
+
+/** `25 s`, `3 min`, `1 h 5 min`: how far back the chart's left edge is. */
+export function formatSpan(seconds: number): string {
+  if (seconds < 90) {
+    return `${Math.round(seconds)} s`;
+  }
+  const minutes = Math.round(seconds / 60);
+  return minutes < 60
+    ? `${minutes} min`
+    : `${Math.floor(minutes / 60)} h ${minutes % 60} min`;
+}
+
+/** Marks close enough on the chart to be drawn as one (six `fresh_model` in a second). */
+export interface IMarkGroup {
+  x: number;
+  marks: IMarkLike[];
+  /** `clear`, or `6× fresh model`, or `3× clear, 2× fresh model`. */
+  label: string;
+  /** False where the label would run into the previous group's: the hover still says it. */
+  showLabel: boolean;
+}
+
+/**
+ * Marks grouped where they lie within `minGapPx` of the group's first one, in time order, with
+ * a label per group that says how many of each kind (`text` names a kind) and fits.
+ */
+export function groupMarks(
+  marks: IMarkLike[],
+  x: (ts: number) => number,
+  text: (kind: string) => string,
+  minGapPx = 14,
+  charPx = 6.5
+): IMarkGroup[] {
+  const groups: IMarkGroup[] = [];
+  for (const mark of [...marks].sort((a, b) => a.ts - b.ts)) {
+    const mx = x(mark.ts);
+    const last = groups[groups.length - 1];
+    if (last && mx - last.x < minGapPx) {
+      last.marks.push(mark);
+    } else {
+      groups.push({ x: mx, marks: [mark], label: '', showLabel: false });
+    }
+  }
+  let previousEnd = -Infinity;
+  for (const group of groups) {
+    const counts = new Map<string, number>();
+    group.marks.forEach(m => counts.set(m.kind, (counts.get(m.kind) ?? 0) + 1));
+    group.label = [...counts.entries()]
+      .map(([kind, n]) => (n > 1 ? `${n}× ${text(kind)}` : text(kind)))
+      .join(', ');
+    const left = group.x + 3;
+    group.showLabel = left >= previousEnd;
+    if (group.showLabel) {
+      previousEnd = left + group.label.length * charPx + 4;
+    }
+  }
+  return groups;
+}
 
 const SVG_NS = 'http://www.w3.org/2000/svg';
 const BAND = 16; // the cell-span label band above the plot
@@ -358,7 +446,10 @@ export namespace Timeline {
     trans: IWording;
     /** A cell span was clicked (or Enter pressed on it): show that cell. */
     onRun: (run: ICellRunLike) => void;
+    /** The window shown first (`FIT` by default). */
     windowMinutes?: number;
+    /** The user chose a window (the panel remembers it in the settings). */
+    onWindowChange?: (minutes: number) => void;
   }
 }
 
@@ -370,7 +461,8 @@ export class Timeline {
   constructor(options: Timeline.IOptions) {
     this._trans = options.trans;
     this._onRun = options.onRun;
-    this._windowMin = options.windowMinutes ?? 5;
+    this._windowMin = options.windowMinutes ?? FIT;
+    this._onWindow = options.onWindowChange ?? (() => undefined);
     const trans = this._trans;
     this.node = el('div', 'jp-KerasMagic-timeline');
 
@@ -385,13 +477,22 @@ export class Timeline {
       const button = el(
         'button',
         'jp-KerasMagic-windowButton',
-        trans.__('%1 min', minutes)
+        minutes === FIT ? trans.__('All') : trans.__('%1 min', minutes)
       );
       button.type = 'button';
       button.dataset.minutes = String(minutes);
-      button.title = trans.__('Show the last %1 minutes', minutes);
+      button.title =
+        minutes === FIT
+          ? trans.__('Show all the history the sidebar has of this kernel')
+          : plural(
+              trans,
+              'Show the last minute',
+              'Show the last %1 minutes',
+              minutes
+            );
       button.addEventListener('click', () => {
         this._windowMin = minutes;
+        this._onWindow(minutes);
         this._draw();
       });
       switcher.appendChild(button);
@@ -460,6 +561,14 @@ export class Timeline {
     return this._windowMin;
   }
 
+  /** Show this window (the remembered choice, read from the settings). */
+  set windowMinutes(minutes: number) {
+    if (WINDOWS_MIN.includes(minutes) && minutes !== this._windowMin) {
+      this._windowMin = minutes;
+      this._draw();
+    }
+  }
+
   dispose(): void {
     this._resize.disconnect();
   }
@@ -472,8 +581,11 @@ export class Timeline {
   // ---- drawing --------------------------------------------------------------------------
 
   private _range(): [number, number] {
-    const now = this._data?.now ?? 0;
-    return [now - this._windowMin * 60, now];
+    return windowRange(
+      this._windowMin,
+      this._data?.now ?? 0,
+      this._data?.since ?? null
+    );
   }
 
   private _x(ts: number): number {
@@ -505,10 +617,17 @@ export class Timeline {
     root.setAttribute('viewBox', `0 0 ${width} ${HEIGHT}`);
     root.setAttribute(
       'aria-label',
-      trans.__(
-        'Memory timeline of this kernel, last %1 minutes',
-        this._windowMin
-      )
+      this._windowMin === FIT
+        ? trans.__(
+            'Memory timeline of this kernel, all %1 the sidebar has',
+            formatSpan(this._range()[1] - this._range()[0])
+          )
+        : plural(
+            trans,
+            'Memory timeline of this kernel, last minute',
+            'Memory timeline of this kernel, last %1 minutes',
+            this._windowMin
+          )
     );
     if (!data) {
       return;
@@ -644,14 +763,21 @@ export class Timeline {
     }
 
     const marks = svg('g', { class: 'jp-KerasMagic-marks' }, root);
-    for (const mark of data.marks) {
-      if (mark.ts < from || mark.ts > to) {
-        continue;
-      }
-      const mx = x(mark.ts);
+    const groups = groupMarks(
+      data.marks.filter(m => m.ts >= from && m.ts <= to),
+      x,
+      kind => this._markText(kind)
+    );
+    for (const markGroup of groups) {
+      const mx = markGroup.x;
+      const kinds = new Set(markGroup.marks.map(m => m.kind));
       const group = svg(
         'g',
-        { class: 'jp-KerasMagic-mark', 'data-kind': mark.kind },
+        {
+          class: 'jp-KerasMagic-mark',
+          'data-kind': kinds.size === 1 ? markGroup.marks[0].kind : 'mixed',
+          'data-count': markGroup.marks.length
+        },
         marks
       );
       svg('line', { x1: mx, x2: mx, y1: BAND, y2: stripTop + STRIP }, group);
@@ -666,9 +792,14 @@ export class Timeline {
         },
         group
       );
-      label.textContent = this._markText(mark.kind);
+      label.textContent = markGroup.label;
+      if (!markGroup.showLabel) {
+        label.setAttribute('visibility', 'hidden');
+      }
       const title = svg('title', {}, group);
-      title.textContent = `${this._markText(mark.kind)} ${formatClock(mark.ts)}`;
+      title.textContent = markGroup.marks
+        .map(m => `${this._markText(m.kind)} ${formatClock(m.ts)}`)
+        .join('\n');
     }
 
     const labels = svg('g', { class: 'jp-KerasMagic-axisLabels' }, root);
@@ -680,7 +811,7 @@ export class Timeline {
       .slice(1)
       .forEach(tick => label(formatTick(tick), 2, yBytes(tick) + 10));
     label(trans.__('CPU %1', formatPct(cpuTop)), 2, stripTop + 9);
-    label(trans.__('−%1 min', this._windowMin), 0, HEIGHT - 2);
+    label('−' + formatSpan(to - from), 0, HEIGHT - 2);
     label(trans.__('now'), width, HEIGHT - 2, 'end');
 
     this._cursorLayer = svg('g', { class: 'jp-KerasMagic-cursor' }, root);
@@ -913,6 +1044,7 @@ export class Timeline {
   private _trans: IWording;
   private _onRun: (run: ICellRunLike) => void;
   private _windowMin: number;
+  private _onWindow: (minutes: number) => void;
   private _windowButtons: HTMLButtonElement[] = [];
   private _frame: HTMLElement;
   private _svg: SVGSVGElement;

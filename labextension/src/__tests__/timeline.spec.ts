@@ -7,8 +7,12 @@ import {
   linePath,
   pctTop,
   pointNear,
+  FIT,
+  formatSpan,
+  groupMarks,
   runAt,
   runChange,
+  windowRange,
   runLabel,
   sliceWindow
 } from '../timeline';
@@ -220,5 +224,58 @@ describe('runChange', () => {
   it('says nothing for a running cell or a kernel before 1.5', () => {
     expect(runChange({ ...run(3, 10, null), rssStartBytes: MIB })).toBeNull();
     expect(runChange(run(3, 10, 20))).toBeNull();
+  });
+});
+
+describe('windowRange', () => {
+  it('fits all the history, never under a minute, or shows the last N minutes', () => {
+    // A 25 s lesson: the chart spans one minute, not the right tenth of five.
+    expect(windowRange(FIT, 1000, 975)).toEqual([940, 1000]);
+    // Forty minutes of history: all of it.
+    expect(windowRange(FIT, 3400, 1000)).toEqual([1000, 3400]);
+    expect(windowRange(FIT, 1000, null)).toEqual([940, 1000]);
+    expect(windowRange(5, 1000, 975)).toEqual([700, 1000]);
+  });
+
+  it('says how far back the left edge is', () => {
+    expect(formatSpan(25)).toBe('25 s');
+    expect(formatSpan(300)).toBe('5 min');
+    expect(formatSpan(3900)).toBe('1 h 5 min');
+  });
+});
+
+describe('groupMarks', () => {
+  const text = (kind: string) => kind.replace('_', ' ');
+  const x = (ts: number) => ts; // one pixel per second
+
+  it('draws six fresh_model marks in a second as one, counted', () => {
+    const marks = [0, 0.2, 0.4, 0.6, 0.8, 1].map(ts => ({
+      kind: 'fresh_model',
+      ts: 100 + ts
+    }));
+    const groups = groupMarks(marks, x, text);
+    expect(groups.map(g => g.label)).toEqual(['6× fresh model']);
+    expect(groups[0].marks).toHaveLength(6);
+  });
+
+  it('counts each kind in a mixed group and hides a label that would overlap', () => {
+    const groups = groupMarks(
+      [
+        { kind: 'clear_tf', ts: 100 },
+        { kind: 'fresh_model', ts: 101 },
+        { kind: 'clear_tf', ts: 102 },
+        { kind: 'restart', ts: 130 },
+        { kind: 'clear_tf', ts: 300 }
+      ],
+      x,
+      text
+    );
+    expect(groups.map(g => g.label)).toEqual([
+      '2× clear tf, fresh model',
+      'restart',
+      'clear tf'
+    ]);
+    // The first label runs past 130 px: the restart's label is hidden (its hover says it).
+    expect(groups.map(g => g.showLabel)).toEqual([true, false, true]);
   });
 });
