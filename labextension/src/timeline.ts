@@ -59,15 +59,8 @@ export interface IMarkLike {
 /** The part of a `TranslationBundle` the timeline needs (jest passes a plain one). */
 export interface IWording {
   __(msgid: string, ...args: any[]): string;
-  /** Singular or plural by `n` (TranslationBundle's `_n`); optional for plain test doubles. */
-  _n?(msgid: string, msgidPlural: string, n: number, ...args: any[]): string;
-}
-
-/** `trans._n` where the wording has it, else English's rule with `%1` as `n`. */
-function plural(trans: IWording, one: string, many: string, n: number): string {
-  return trans._n
-    ? trans._n(one, many, n, n)
-    : trans.__(n === 1 ? one : many, n);
+  /** Singular or plural by `n` (TranslationBundle's `_n`). */
+  _n(msgid: string, msgidPlural: string, n: number, ...args: any[]): string;
 }
 
 // ---- pure geometry --------------------------------------------------------------------
@@ -484,10 +477,10 @@ export class Timeline {
       button.title =
         minutes === FIT
           ? trans.__('Show all the history the sidebar has of this kernel')
-          : plural(
-              trans,
+          : trans._n(
               'Show the last minute',
               'Show the last %1 minutes',
+              minutes,
               minutes
             );
       button.addEventListener('click', () => {
@@ -622,10 +615,10 @@ export class Timeline {
             'Memory timeline of this kernel, all %1 the sidebar has',
             formatSpan(this._range()[1] - this._range()[0])
           )
-        : plural(
-            trans,
+        : trans._n(
             'Memory timeline of this kernel, last minute',
             'Memory timeline of this kernel, last %1 minutes',
+            this._windowMin,
             this._windowMin
           )
     );
