@@ -338,10 +338,13 @@ export interface ITimelineData {
 export const FIT = 0;
 export const WINDOWS_MIN = [FIT, 1, 5, 15];
 
+/** The narrowest `FIT` window: a chart of the first seconds still spreads its samples out. */
+export const MIN_FIT_S = 15;
+
 /**
  * The time range the chart shows: the last `windowMin` minutes, or with `FIT` everything from
- * the oldest thing it has (`since`) to `now`, never under a minute (a 25 s lesson then fills
- * the chart instead of its right tenth).
+ * the oldest thing it has (`since`) to `now`, never under `MIN_FIT_S` (a 25 s lesson then
+ * fills the chart instead of its right tenth); a minute where it has nothing yet.
  */
 export function windowRange(
   windowMin: number,
@@ -351,7 +354,7 @@ export function windowRange(
   if (windowMin !== FIT) {
     return [now - windowMin * 60, now];
   }
-  const from = since === null ? now - 60 : Math.min(since, now - 60);
+  const from = since === null ? now - 60 : Math.min(since, now - MIN_FIT_S);
   return [from, now];
 }
 

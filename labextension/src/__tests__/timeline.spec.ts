@@ -228,9 +228,10 @@ describe('runChange', () => {
 });
 
 describe('windowRange', () => {
-  it('fits all the history, never under a minute, or shows the last N minutes', () => {
-    // A 25 s lesson: the chart spans one minute, not the right tenth of five.
-    expect(windowRange(FIT, 1000, 975)).toEqual([940, 1000]);
+  it('fits all the history, never under 15 s, or shows the last N minutes', () => {
+    // A 25 s lesson: the chart spans its 25 s, not the right tenth of five minutes.
+    expect(windowRange(FIT, 1000, 975)).toEqual([975, 1000]);
+    expect(windowRange(FIT, 1000, 995)).toEqual([985, 1000]);
     // Forty minutes of history: all of it.
     expect(windowRange(FIT, 3400, 1000)).toEqual([1000, 3400]);
     expect(windowRange(FIT, 1000, null)).toEqual([940, 1000]);

@@ -1,0 +1,78 @@
+"""The sidebar as a classroom uses it, in a real JupyterLab and headless Chromium: the chart
+fits a short lesson's history and remembers the window chosen, marks made together are drawn
+as one counted mark, a failed cell is drawn in the error colour, an empty state loads
+kerasmagic with one click, the open command's shortcut puts the focus in the panel, and each
+headline is one labelled figure for a screen reader."""
+
+import re
+import time
+
+import pytest
+
+from .conftest import wait_kernel_ready
+from .test_timeline import SIDEBAR, _chart, _open, _run_and_wait
+
+pytestmark = pytest.mark.ui
+
+CELLS = [
+    "%load_ext kerasmagic",
+    "from kerasmagic import events\nfor _ in range(3):\n    events.publish('clear_tf', {'freed_rss_bytes': 1})",
+    "raise ValueError('a cell that fails')",
+]
+
+
+def _fill(page, selector: str) -> str:
+    return page.evaluate(f"""() => getComputedStyle(document.querySelector("{selector}")).fill""")
+
+
+def test_the_sidebar_in_a_short_lesson(lab, page, artifacts):
+    _open(lab, page, "lesson.ipynb", CELLS)
+    # Not loaded yet: one click loads it (no cell runs, nothing in the notebook changes).
+    page.wait_for_selector(f"{SIDEBAR}[data-state='not_loaded'] .jp-KerasMagic-loadButton", timeout=90_000)
+    page.click(f"{SIDEBAR} .jp-KerasMagic-loadButton")
+    page.wait_for_selector(f"{SIDEBAR}[data-state='connected'][data-sample-seq]", timeout=90_000)
+    assert page.evaluate("() => window.jupyterapp.shell.currentWidget.content.widgets[0].model.executionCount") is None
+
+    time.sleep(12)  # a lesson's first seconds: more than the narrowest window
+    _run_and_wait(page, 1)
+    _run_and_wait(page, 2)
+    page.wait_for_selector(f"{SIDEBAR} .jp-KerasMagic-span[data-status='error']", timeout=30_000)
+    page.wait_for_selector(f"{SIDEBAR} .jp-KerasMagic-mark[data-count='3']", timeout=30_000)
+    chart = _chart(page)
+    # A few seconds of history fill the chart: the 'All' window, and the RSS line spans most
+    # of its width (the line's path starts in the left third).
+    assert chart["window"] == "0", chart
+    start = float(re.match(r"M\s*([\d.]+)", page.get_attribute(f"{SIDEBAR} path[data-series=rss]", "d")).group(1))
+    width = page.evaluate(f"() => document.querySelector('{SIDEBAR} svg.jp-KerasMagic-chart').viewBox.baseVal.width")
+    assert start < width / 3, (start, width)
+    assert re.fullmatch(r"Memory timeline of this kernel, all \d+ s the sidebar has", chart["label"]), chart
+    assert chart["ticks"] and "−" + chart["label"].split("all ")[1].split(" the")[0] in page.text_content(
+        f"{SIDEBAR} .jp-KerasMagic-axisLabels"), chart
+    # Three clears in one cell: one mark, counted.
+    assert [m for m in chart["marks"] if m["kind"] == "clear_tf"] == [{"kind": "clear_tf", "text": "3× clear"}], chart
+    # The failed cell in the error colour, the others not.
+    error_tab = _fill(page, f"{SIDEBAR} .jp-KerasMagic-span[data-status='error'] .jp-KerasMagic-spanTab")
+    ok_tab = _fill(page, f"{SIDEBAR} .jp-KerasMagic-span[data-status='ok'] .jp-KerasMagic-spanTab")
+    assert error_tab != ok_tab, (error_tab, ok_tab)
+    # Each headline one labelled figure.
+    rss = page.get_attribute(f"{SIDEBAR} [data-headline='rss']", "aria-label")
+    assert re.fullmatch(r"Kernel RSS: \d+(\.\d+)? MiB", rss), rss
+    page.locator(SIDEBAR).screenshot(path=str(artifacts / "sidebar-short-lesson.png"))
+
+    # The window chosen is remembered: after a reload the chart shows the last minute again.
+    page.click(f"{SIDEBAR} .jp-KerasMagic-windowButton[data-minutes='1']")
+    assert _chart(page)["label"] == "Memory timeline of this kernel, last minute"
+    time.sleep(1.0)  # the setting is saved through the server
+    page.goto(lab.lab_url("lesson.ipynb").replace("&reset", ""))
+    page.wait_for_function("() => !!window.jupyterapp")
+    wait_kernel_ready(page)
+    page.evaluate("() => window.jupyterapp.shell.activateById('kerasmagic-sidebar')")
+    page.wait_for_selector(f"{SIDEBAR}[data-state='connected'][data-sample-seq]", timeout=90_000)
+    assert _chart(page)["window"] == "1"
+
+    # The shortcut opens the panel with the focus in it, from the notebook.
+    page.evaluate("() => window.jupyterapp.shell.collapseRight()")
+    page.click(".jp-Notebook")
+    page.keyboard.press("Control+Alt+K")
+    page.wait_for_function(f"() => document.querySelector('{SIDEBAR}').contains(document.activeElement)")
+    assert page.is_visible(SIDEBAR)
