@@ -23,19 +23,22 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import sys
 import time
 from collections import OrderedDict, deque
 from dataclasses import dataclass
 from typing import Any
 
+from .holders import collect_heavy
 from .probes import keras as keras_probe
 from .probes import tensorflow as tf_probe
 from .probes.availability import guarded
 from .probes.sample import allocator_total, gpu_device_values, gpu_framework_imported, memory_sample
 from .tables import Report, Section, format_bytes
 
-__all__ = ['FIX_TEXT', 'KEEP_CELLS', 'KEEP_RUNS', 'MIN_RUNS', 'NOISE_BYTES', 'CellGrowthReport', 'CellRun',
-           'LeakWatch', 'active_watch', 'cell_growth', 'growth_sentence', 'start', 'stop']
+__all__ = ['FIX_TEXT', 'KEEP_CELLS', 'KEEP_RUNS', 'MIN_RUNS', 'NOISE_BYTES', 'ONE_RUN_BYTES', 'ONE_RUN_MODELS',
+           'CellGrowthReport', 'CellRun', 'LeakWatch', 'active_watch', 'cell_growth', 'growth_sentence',
+           'one_run_sentence', 'start', 'stop']
 
 logger = logging.getLogger(__name__)
 
@@ -46,6 +49,16 @@ MIN_RUNS = 3
 #: Runs kept per cell, and cells kept (the least recently run cell is forgotten first).
 KEEP_RUNS = 20
 KEEP_CELLS = 200
+#: A single run is named ("cell [3] grew +201 MiB and left 6 live models, held by `models`") when it
+#: left more than this behind (RSS or TF in use), whatever the run-over-run rule says: a student who
+#: ran a heavy cell once must not read "no cell grows" and think nothing stayed.
+ONE_RUN_BYTES = 100 * 2**20
+#: ... or this many more live Keras models after its first run (one new model is what a model cell is
+#: for). A re-run that leaves any more models is named too: the previous run's model is still held.
+ONE_RUN_MODELS = 2
+#: Modules whose first import alone grows a process by hundreds of MiB, once: a run that imported one
+#: is not named for its growth (there is nothing to free; its models are still named).
+_FRAMEWORKS = ("tensorflow", "torch", "jax", "keras")
 #: At most this many references are looked at when counting the models in the user's variables.
 _MODEL_SCAN_LIMIT = 2000
 
@@ -78,19 +91,31 @@ def _number(value: Any) -> int | float | None:
     return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
-def _model_count(shell) -> int | None:
+@dataclass
+class _Scan:
+    """What one bounded look at the user's variables saw: the models, and every object it passed
+    (so that after a run, what is new can be told from what was there)."""
+
+    models: set[int] | None
+    seen: set[int]
+
+
+def _scan(shell) -> _Scan:
     """Keras models in the user's variables: top-level names, one level inside lists, tuples,
-    dicts and sets (``Out`` included), and a ``History``'s model. A bounded look at references,
-    never a heap walk; None before Keras is imported.
+    dicts and sets (``Out`` included), and a ``History``'s model; and the ids of every value it
+    looked at. A bounded look at references, never a heap walk; ``models`` is None before Keras
+    is imported.
 
     Example:
-        >>> _model_count(None) is None     # no Keras imported in a doctest process
-        True
+        >>> scan = _scan(None)          # no shell: nothing to look at
+        >>> scan.models, scan.seen
+        (None, set())
     """
     classes = keras_probe.model_classes()
-    if not classes or shell is None:
-        return None
-    histories = keras_probe.history_classes()
+    seen: set[int] = set()
+    if shell is None:
+        return _Scan(None, seen)
+    histories = keras_probe.history_classes() if classes else ()
     wanted = classes + histories
     # IPython's input history (In, _ih) and directory history hold strings: never models.
     history = getattr(shell, "history_manager", None)
@@ -102,6 +127,9 @@ def _model_count(shell) -> int | None:
     kinds: dict[type, bool] = dict.fromkeys(_PLAIN_TYPES, False)
 
     def note(value: Any) -> None:
+        seen.add(id(value))
+        if not wanted:
+            return
         kind = type(value)
         hit = kinds.get(kind)
         if hit is None:
@@ -113,6 +141,7 @@ def _model_count(shell) -> int | None:
         else:  # a History: its model
             model = getattr(value, "model", None)
             if isinstance(model, classes):
+                seen.add(id(model))
                 found.add(id(model))
 
     for value in list(shell.user_ns.values()):
@@ -120,6 +149,7 @@ def _model_count(shell) -> int | None:
         if budget <= 0:
             break
         if type(value) in _CONTAINERS:
+            seen.add(id(value))
             if id(value) in skip:
                 continue
             skip.add(id(value))  # Out and _oh are one dict: look once
@@ -134,7 +164,18 @@ def _model_count(shell) -> int | None:
                 note(item)
         else:
             note(value)
-    return len(found)
+    return _Scan(found if classes else None, seen)
+
+
+def _model_count(shell) -> int | None:
+    """How many Keras models :func:`_scan` finds; None before Keras is imported.
+
+    Example:
+        >>> _model_count(None) is None     # no shell, no Keras imported in a doctest process
+        True
+    """
+    models = _scan(shell).models
+    return None if models is None else len(models)
 
 
 def read_figures(shell) -> dict[str, int | float | None]:
@@ -146,17 +187,25 @@ def read_figures(shell) -> dict[str, int | float | None]:
         >>> sorted(figures), figures["rss_bytes"] > 0, figures["tf_in_use_bytes"]
         (['custom_gradient_entries', 'gpu_bytes', 'live_models', 'rss_bytes', 'tf_in_use_bytes'], True, None)
     """
+    return _read(shell)[0]
+
+
+def _read(shell) -> tuple[dict[str, int | float | None], _Scan | None, frozenset[str]]:
+    """The figures, the scan they counted the models from, and the frameworks imported so far."""
     sample = memory_sample(gpu=gpu_framework_imported())
     gpu = gpu_device_values(sample["gpu"], "process_used_bytes")
     registry = guarded(tf_probe.custom_gradient_entries, "reading the registry") if tf_probe.module() else None
-    models = guarded(lambda: _model_count(shell), "counting models")
-    return {
+    scanned = guarded(lambda: _scan(shell), "counting models")
+    scan = scanned if isinstance(scanned, _Scan) else None
+    models = None if scan is None or scan.models is None else len(scan.models)
+    figures: dict[str, int | float | None] = {
         "rss_bytes": _number(sample["rss_bytes"]),
         "tf_in_use_bytes": allocator_total(sample["tf"]),
         "gpu_bytes": sum(gpu.values()) if gpu else None,
         "custom_gradient_entries": _number(registry),
-        "live_models": _number(models),
+        "live_models": models,
     }
+    return figures, scan, frozenset(name for name in _FRAMEWORKS if name in sys.modules)
 
 
 # ---- what is kept per run and per cell ------------------------------------------------------------
@@ -225,11 +274,14 @@ class _Cell:
         self.first_line = ""
         self.runs_seen = 0
         self.runs: deque[CellRun] = deque(maxlen=KEEP_RUNS)
+        #: What the last run left behind when it is worth naming on its own (:func:`one_run_sentence`).
+        self.one_run: dict[str, Any] | None = None
 
-    def add(self, run: CellRun, source: str) -> None:
+    def add(self, run: CellRun, source: str, one_run: dict[str, Any] | None = None) -> None:
         self.runs.append(run)
         self.runs_seen += 1
         self.first_line = _first_line(source)
+        self.one_run = one_run
 
     @property
     def streak(self) -> list[CellRun]:
@@ -271,6 +323,7 @@ class _Cell:
             "last": last.figures(),
             "last_ts": last.ts,
             "fix": fix,
+            "one_run": None if self.one_run is None else dict(self.one_run),
         }
 
 
@@ -293,6 +346,44 @@ def growth_sentence(summary: dict[str, Any]) -> str:
     """
     return (f"{cell_label(summary['execution_count'])} grows {format_bytes(summary['growth_per_run_bytes'])} "
             f"per run ({summary['streak']} runs)")
+
+
+def _held_by(names: list[str]) -> str:
+    """```models```, ```a`, `b``` and ```a`, `b`, `c` and 2 more``: the holders a sentence names.
+
+    Example:
+        >>> _held_by(["models"]), _held_by(["a", "b", "c", "d", "e"])
+        ('`models`', '`a`, `b`, `c` and 2 more')
+    """
+    shown = ", ".join(f"`{name}`" for name in names[:3])
+    return shown + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+
+
+def one_run_sentence(one_run: dict[str, Any]) -> str:
+    """What one run left behind, as the leak watch names it.
+
+    Example:
+        >>> one_run_sentence({"execution_count": 3, "growth_bytes": 201 * 2**20, "new_models": 6,
+        ...                   "first": True, "held_by": ["models"]})
+        'cell [3] grew +201 MiB and left 6 live models, held by `models`'
+        >>> one_run_sentence({"execution_count": 7, "growth_bytes": 0, "new_models": 1, "first": False,
+        ...                   "held_by": ["histories"]})
+        'cell [7] left 1 more live model than its previous run, held by `histories`'
+    """
+    parts = []
+    growth = one_run.get("growth_bytes")
+    if isinstance(growth, (int, float)) and growth > NOISE_BYTES:
+        parts.append(f"grew {format_bytes(growth, signed=True)}")
+    models = one_run.get("new_models") or 0
+    if models > 0:
+        plural = "s" if models != 1 else ""
+        parts.append(f"left {models} live model{plural}" if one_run.get("first")
+                     else f"left {models} more live model{plural} than its previous run")
+    sentence = f"{cell_label(one_run.get('execution_count'))} {' and '.join(parts) or 'ran'}"
+    held_by = one_run.get("held_by") or []
+    if held_by:
+        return f"{sentence}, held by {_held_by(held_by)}"
+    return f"{sentence}; none of your variables holds it (TensorFlow's pool, the C heap or a framework's cache)"
 
 
 def _count_change(value: float) -> str:
@@ -349,6 +440,12 @@ class CellGrowthReport(Report):
         """The flagged cells, the largest growth first."""
         return [cell for cell in self.cells if cell["flagged"]]
 
+    @property
+    def single_runs(self) -> list[dict[str, Any]]:
+        """Cells whose last run left enough behind to be named on its own, latest first
+        (:data:`ONE_RUN_BYTES`, :data:`ONE_RUN_MODELS`); a flagged cell is said in its flag."""
+        return [cell for cell in self.cells if cell.get("one_run") and not cell["flagged"]]
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "ts": self.ts,
@@ -378,18 +475,65 @@ class CellGrowthReport(Report):
             flagged.notes.append(
                 f"none: no cell grew by more than {format_bytes(NOISE_BYTES)} on each of its last {MIN_RUNS} runs "
                 f"({self.watched_cells} cells watched)")
+        single = Section("What one run left behind")
+        for cell in self.single_runs:
+            one_run = cell["one_run"]
+            single.add(cell_label(one_run["execution_count"]),
+                       format_bytes(one_run["growth_bytes"], signed=True),
+                       f"{details(cell['last'])}" + (f" · {cell['first_line']}" if cell["first_line"] else ""))
+            held_by = [name for name in one_run["held_by"] if name.isidentifier()]
+            remedy = (f" `%clear_tf {' '.join(held_by)}` frees it once you no longer need it." if held_by else "")
+            single.notes.append(f"{one_run_sentence(one_run)}.{remedy}")
         recent = Section("Last run of the other recent cells")
         for cell in self.cells:
-            if cell["flagged"]:
+            if cell["flagged"] or cell.get("one_run"):
                 continue
             recent.add(cell_label(cell["execution_count"]),
                        format_bytes((cell["last"] or {}).get("rss_bytes"), signed=True),
                        f"{details(cell['last'])} · {cell['runs']} run{'s' if cell['runs'] != 1 else ''}"
                        + (f" · {cell['first_line']}" if cell["first_line"] else ""))
-        return [flagged, recent]
+        return [flagged, single, recent] if single.rows else [flagged, recent]
 
 
 # ---- the watch -----------------------------------------------------------------------------------------
+
+
+def _holder_root(where: str, kind: str) -> str | None:
+    """The name a user acts on for one of the holder search's places: ``models[3]`` is ``models``,
+    ``hist.model`` is ``hist``, ``Out[4]`` stays; IPython's copies of an output (``_4``, ``_``,
+    ``user_ns_hidden``, the display hook) are said once, as its ``Out[n]``.
+
+    Example:
+        >>> _holder_root("models[3]", "variable"), _holder_root("hist.model", "history")
+        ('models', 'hist')
+        >>> _holder_root("Out[4]", "output_cache"), _holder_root("_4", "output_cache")
+        ('Out[4]', None)
+    """
+    if kind == "output_cache":
+        return where if where.startswith("Out[") and where.endswith("]") and "][" not in where else None
+    if kind == "exception":
+        return "the last exception"
+    root = where.split("[", 1)[0].split(".", 1)[0]
+    return root or None
+
+
+def _new_holders(shell, before: _Scan | None, after: _Scan | None) -> list[str]:
+    """Who holds what the run created: the holders (root names, largest object first) of the models
+    and large arrays the holder search finds that were not in the user's variables before the run."""
+    if shell is None:
+        return []
+    known = before.seen if before is not None else set()
+    new_models = (after.models or set()) - (before.models or set()) if after is not None and before is not None \
+        else set()
+    names: list[str] = []
+    for item in collect_heavy(shell):
+        if id(item.obj) in known and id(item.obj) not in new_models:
+            continue
+        for holder in item.holders:
+            root = _holder_root(holder.where, holder.kind)
+            if root is not None and root not in names:
+                names.append(root)
+    return names
 
 
 def _cell_id(shell, info: Any) -> str | None:
@@ -429,7 +573,7 @@ class LeakWatch:
     def __init__(self, shell) -> None:
         self.shell = shell
         self._cells: OrderedDict[str, _Cell] = OrderedDict()
-        self._pending: tuple[str, str | None, str, dict[str, Any]] | None = None
+        self._pending: tuple[str, str | None, str, tuple] | None = None
         self._started = False
         #: What recording a run cost the kernel, pre and post together, for the last run.
         self.last_cost_s = 0.0
@@ -462,7 +606,7 @@ class LeakWatch:
             source = getattr(info, "raw_cell", None) or ""
             cell_id = _cell_id(self.shell, info)
             key = cell_id or _source_key(source)
-            self._pending = (key, cell_id, source, read_figures(self.shell))
+            self._pending = (key, cell_id, source, _read(self.shell))
         except Exception:  # the watch must never break a cell (logged at debug level)
             logger.debug("kerasmagic.leak_watch: reading the figures before a cell failed", exc_info=True)
             self._pending = None
@@ -481,9 +625,9 @@ class LeakWatch:
             logger.debug("kerasmagic.leak_watch: recording a cell's run failed", exc_info=True)
         self.last_cost_s += time.perf_counter() - started
 
-    def _record(self, pending: tuple[str, str | None, str, dict[str, Any]], result: Any) -> None:
-        key, cell_id, source, before = pending
-        after = read_figures(self.shell)
+    def _record(self, pending: tuple[str, str | None, str, tuple], result: Any) -> None:
+        key, cell_id, source, (before, scan_before, frameworks_before) = pending
+        after, scan_after, frameworks_after = _read(self.shell)
         changes = {name: (after[name] - before[name] if after[name] is not None and before[name] is not None
                           else None) for name in _FIGURES}
         count = getattr(result, "execution_count", None)
@@ -494,9 +638,32 @@ class LeakWatch:
             self._cells.move_to_end(key)
         run = CellRun(execution_count=count if isinstance(count, int) else None, ts=time.time(),
                       first=cell.runs_seen == 0, **changes)
-        cell.add(run, source)
+        one_run = self._one_run(run, scan_before, scan_after, imported=frameworks_after - frameworks_before)
+        cell.add(run, source, one_run)
         while len(self._cells) > KEEP_CELLS:
             self._cells.popitem(last=False)
+
+    def _one_run(self, run: CellRun, before: _Scan | None, after: _Scan | None,
+                 imported: frozenset[str]) -> dict[str, Any] | None:
+        """What this run left that is worth naming on its own, with who holds it; None if nothing.
+
+        Only such a run pays for the holder search (the bounded look at the session's references
+        that ``%tf_mem --who`` makes), so a plain cell still costs a fraction of a millisecond.
+        """
+        growth = run.growth_bytes
+        models = run.live_models or 0
+        heavy_growth = growth is not None and growth > ONE_RUN_BYTES and not imported
+        many_models = models >= (ONE_RUN_MODELS if run.first else 1)
+        if not (heavy_growth or many_models):
+            return None
+        return {
+            "execution_count": run.execution_count,
+            "first": run.first,
+            "growth_bytes": growth,
+            "new_models": max(models, 0),
+            "held_by": _new_holders(self.shell, before, after),
+            "imported": sorted(imported),
+        }
 
     # ---- reading -----------------------------------------------------------------------------------
     @property
@@ -504,11 +671,13 @@ class LeakWatch:
         return len(self._cells)
 
     def summaries(self, recent: int | None = 10) -> list[dict[str, Any]]:
-        """Flagged cells (largest growth first), then up to ``recent`` other cells, latest run first."""
+        """Flagged cells (largest growth first), then cells whose last run is named on its own
+        (``one_run``, latest first), then up to ``recent`` other cells, latest run first."""
         summaries = [cell.summary() for cell in reversed(self._cells.values())]
         flagged = sorted((s for s in summaries if s["flagged"]), key=lambda s: -(s["growth_per_run_bytes"] or 0))
-        others = [s for s in summaries if not s["flagged"]]
-        return flagged + (others if recent is None else others[:recent])
+        named = [s for s in summaries if not s["flagged"] and s["one_run"]]
+        others = [s for s in summaries if not s["flagged"] and not s["one_run"]]
+        return flagged + named + (others if recent is None else others[:recent])
 
     def report(self, recent: int | None = 10) -> CellGrowthReport:
         return CellGrowthReport(self.summaries(recent), watching=self._started, watched_cells=len(self._cells))

@@ -245,3 +245,55 @@ def test_a_cell_that_keeps_every_model_it_builds_is_told_so(shell):
     assert cell["per_run"]["live_models"] == 1 and cell["fix"] == "keep_models", cell
     assert cell["growth_per_run_bytes"] >= 3.5 * MIB, cell  # 4 MiB of weights per model
     assert "each run keeps one more Keras model alive" in str(kerasmagic.cell_growth())
+
+
+# ---- what one run did (issue 18 item 5) ---------------------------------------------------------
+
+
+def test_one_run_that_keeps_a_large_array_is_named_with_its_holder_on_its_first_run(shell):
+    # 120 MiB of written pages, held by `big`: nothing grows from run to run (one run), yet the
+    # student must be told where the memory went.
+    _run(shell, "import numpy as np\nbig = np.ones(120 * 2**20 // 8)", cell_id="load")
+    report = kerasmagic.cell_growth()
+    assert report.flagged == []
+    cell = next(c for c in report.cells if c["key"] == "load")
+    one_run = cell["one_run"]
+    assert one_run is not None and one_run["first"] and one_run["held_by"] == ["big"], one_run
+    assert one_run["growth_bytes"] >= 110 * MIB, one_run
+    sentence = leak_watch.one_run_sentence(one_run)
+    assert sentence.startswith(f"cell [{cell['execution_count']}] grew +1") and sentence.endswith(
+        "MiB, held by `big`"), sentence
+    text = str(report)
+    assert "What one run left behind" in text and f"{sentence}. `%clear_tf big` frees it" in text, text
+    # Deleting it and running an ordinary cell: that cell is not named, the load cell still is
+    # (its last run is what it is) until it runs again without growing.
+    _run(shell, "del big")
+    _run(shell, "big = None", cell_id="load")
+    assert next(c for c in kerasmagic.cell_growth().cells if c["key"] == "load")["one_run"] is None
+
+
+def test_a_small_cell_is_not_named(shell):
+    _run(shell, "x = list(range(1000))", cell_id="small")
+    cell = next(c for c in kerasmagic.cell_growth().cells if c["key"] == "small")
+    assert cell["one_run"] is None and "What one run left behind" not in str(kerasmagic.cell_growth())
+
+
+@pytest.mark.frameworks
+def test_a_cell_that_leaves_six_models_is_named_on_its_first_run_with_who_holds_them(shell):
+    run(shell, "import keras")
+    make = "keras.Sequential([keras.Input((256,)), keras.layers.Dense(256)])"
+    _run(shell, f"models = []\nfor _ in range(6):\n    models.append({make})", cell_id="six")
+    report = kerasmagic.cell_growth()
+    cell = next(c for c in report.cells if c["key"] == "six")
+    assert not cell["flagged"] and cell["last"]["live_models"] == 6, cell
+    assert leak_watch.one_run_sentence(cell["one_run"]).endswith("left 6 live models, held by `models`"), cell
+    assert "left 6 live models, held by `models`. `%clear_tf models` frees it" in str(report)
+    # One new model on a cell's first run is what a model cell is for: not named.
+    _run(shell, f"model = {make}", cell_id="one")
+    assert next(c for c in kerasmagic.cell_growth().cells if c["key"] == "one")["one_run"] is None
+    # A re-run that keeps the previous run's model alive is named at once, with the holder.
+    _run(shell, f"kept = []\nkept.append({make})", cell_id="keep")
+    _run(shell, f"kept.append({make})", cell_id="keep")
+    one_run = next(c for c in kerasmagic.cell_growth().cells if c["key"] == "keep")["one_run"]
+    assert leak_watch.one_run_sentence(one_run).endswith(
+        "left 1 more live model than its previous run, held by `kept`"), one_run
