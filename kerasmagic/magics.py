@@ -430,7 +430,8 @@ class KerasMagics(Magics):
                    "auto (widgets where they render; the default), off (stop the running view).")
     @argument("--cells", action="store_true",
               help="Show which cells grow memory each time they run (the leak watch): a cell whose RSS or "
-                   "TensorFlow in use grew on each of its last 3+ runs is flagged, with the fix.")
+                   "TensorFlow in use grew on each of its last 3+ re-runs (from its 4th run on) is flagged, "
+                   "with the fix; a run that left 100+ MiB or several models is named at once.")
     @argument("--limit", type=_limit_size, default=False, metavar="SIZE",
               help="Set the memory limit the guard measures against (3GiB, 512MiB, bytes; K/M/G are binary, "
                    "KB/MB/GB decimal), or off to go back to the cgroup's (or the host's). A limit above the "
