@@ -206,8 +206,9 @@ def _holds_tf1(value: Any) -> bool:
             return any(_is_tf1(item) for item in value)
         if type(value) is dict and len(value) <= 100:
             return any(_is_tf1(item) for item in value.values())
-        attributes = getattr(value, "__dict__", None)
-        if type(attributes) is dict and not isinstance(value, type) and len(attributes) <= 100:
+        # Past the object's own __getattribute__: some warn on any attribute read (torch's reduce_op).
+        attributes = object.__getattribute__(value, "__dict__")
+        if type(attributes) is dict and not issubclass(type(value), type) and len(attributes) <= 100:
             return any(_is_tf1(item) for item in attributes.values())
     except Exception:  # noqa: BLE001 - an odd user object must not break the watch
         return False

@@ -391,3 +391,21 @@ def test_a_tf1_graph_cell_is_told_to_close_and_clear_its_holder_not_to_isolate(s
     run(shell, "tc.sess.close()\ndel c")
     run(shell, "%clear_tf tc -q")
     assert graph() is None
+
+
+@pytest.mark.frameworks
+def test_the_watch_reads_no_attribute_of_the_users_objects_past_their_type(shell):
+    import warnings
+
+    # An object that warns on any attribute read (torch's deprecated reduce_op does), looked at by
+    # the TF1 search that runs once TensorFlow is imported.
+    run(shell, "import tensorflow as tf, warnings\n"
+               "class Deprecated:\n"
+               "    def __getattribute__(self, name):\n"
+               "        warnings.warn('reduce_op is deprecated', FutureWarning)\n"
+               "        return object.__getattribute__(self, name)\n"
+               "reduce_op = Deprecated()")
+    with warnings.catch_warnings(record=True) as shown:
+        warnings.simplefilter("always")
+        _run(shell, "x = 1", times=2)
+    assert not [str(w.message) for w in shown if "deprecated" in str(w.message)]
