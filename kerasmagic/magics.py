@@ -653,7 +653,7 @@ class KerasMagics(Magics):
 
     def _fresh_model_in_process(self, args, line: str, cell: str):
         __tracebackhide__ = True
-        from .fresh import fresh_model
+        from .fresh import assigned_names, fresh_model
 
         runner = _CellRunner(self.shell, cell, f"%%fresh_model {line}")
         hints = _reassigned_model_hints(self.shell, runner, args.names)
@@ -662,6 +662,8 @@ class KerasMagics(Magics):
                 *args.names, seed=args.seed, purge_hidden=not args.keep_hidden,
                 purge_registry=not args.keep_registry, clear_jax_caches=args.jax_caches, shell=self.shell,
                 label=f"cell [{runner.cell_number}]",
+                # A name the cell creates that does not exist yet: its first run, nothing to delete.
+                creates=assigned_names(runner.body),
             )
             result = context.__enter__()
         result.hints.extend(hints)
