@@ -669,13 +669,17 @@ def _holder_root(where: str, kind: str) -> str | None:
 
 
 def _uses_tf1(source: str) -> bool:
-    """The cell's code calls TensorFlow 1's graph mode (``tf.compat.v1.Session``, ``placeholder``...).
+    """The cell's code calls TensorFlow 1's graph mode (``tf.compat.v1.Session``, ``placeholder``...);
+    other ``tf.compat.v1`` calls (``logging.set_verbosity``) are not graph mode.
 
     Example:
         >>> _uses_tf1("sess = tf.compat.v1.Session()"), _uses_tf1("model.fit(x, y)")
         (True, False)
+        >>> _uses_tf1("tf.compat.v1.logging.set_verbosity(tf.compat.v1.logging.ERROR)")
+        False
     """
-    return any(word in source for word in ("compat.v1", "tf.Session(", "tf.placeholder(", "disable_eager_execution"))
+    return any(word in source for word in ("Session(", "placeholder(", "disable_eager_execution", "disable_v2_behavior",
+                                           "Graph().as_default", "get_default_graph("))
 
 
 def _holders(shell, before: _Scan | None, after: _Scan | None) -> tuple[list[str], list[str]]:
