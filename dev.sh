@@ -16,6 +16,7 @@ COLAB_STACK_TESTS=(
   tests/core/test_hidden_holders.py tests/live/test_kernel_channel.py tests/live/test_live_widget.py
   tests/live/test_kernel_timeline.py tests/live/test_kernel_record.py tests/isolation/test_cell.py
   tests/core/test_memory_limit_magic.py tests/live/test_kernel_memory_guard.py
+  tests/core/test_oom.py tests/live/test_kernel_oom.py tests/core/test_fresh_first_run.py
 )
 
 log() { printf '\033[1m[dev] %s\033[0m\n' "$*" >&2; }

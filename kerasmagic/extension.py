@@ -7,7 +7,7 @@ import logging
 import sys
 import time
 
-from . import guard, leak_watch, postmortem
+from . import guard, leak_watch, oom, postmortem
 from .live import channel
 from .magics import KerasMagics
 
@@ -31,6 +31,8 @@ def load(shell) -> None:
     shell._kerasmagic_magics = magics
     # The leak watch (per-cell growth) first: the channel's post_run_cell reads what it recorded.
     leak_watch.start(shell)
+    # Out-of-memory errors explained below the error IPython shows (TensorFlow, torch, JAX).
+    oom.start(shell)
     # The live channel (sidebar) registers itself only inside a kernel; a no-op elsewhere.
     channel.register(shell)
     if getattr(shell, "kernel", None) is not None:
@@ -90,6 +92,7 @@ def unload(shell) -> None:
         running_guard.record.close_clean()
         atexit.unregister(running_guard.record.close_clean)
     leak_watch.stop()
+    oom.stop()
     live_channel = sys.modules.get("kerasmagic.live.channel")
     if live_channel is not None:
         live_channel.unregister(shell)

@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
+import ast
+import difflib
+import dis
 import sys
+import types
+from collections.abc import Iterable
 from typing import Any, Literal
 
 from . import events
 from .clean import CleanReport, clear_tf
+from .errors import KerasMagicUsageError
 from .holders import running_shell
 from .measuring import CellMeasurement, measure
 from .tables import Report, Section, format_bytes
 
-__all__ = ['FreshModelResult', 'fresh_model']
+__all__ = ['FreshModelResult', 'assigned_names', 'fresh_model']
 
 
 class FreshModelResult(Report):
@@ -29,9 +35,12 @@ class FreshModelResult(Report):
         self.clean = clean
         self.cell = cell
         self.hints: list[str] = []
+        #: Names asked to be deleted that did not exist yet because the block creates them (its first run).
+        self.not_yet: list[str] = []
 
     def to_dict(self) -> dict[str, Any]:
-        return {"clean": self.clean.to_dict(), "cell": self.cell.to_dict(), "hints": list(self.hints)}
+        return {"clean": self.clean.to_dict(), "cell": self.cell.to_dict(), "hints": list(self.hints),
+                "not_yet": list(self.not_yet)}
 
     def _title(self) -> str:
         return f"kerasmagic: fresh model — {self.cell._title().removeprefix('kerasmagic: ')}"
@@ -51,6 +60,10 @@ class FreshModelResult(Report):
         if self.clean.registry is not None and self.clean.registry.purged:
             before.add("gradient registry", f"{self.clean.registry.purged} purged", "dead CustomGradient entries")
         before.notes.extend(f"dropped {item}" for item in self.clean.dropped)
+        if self.not_yet:
+            names = ", ".join(self.not_yet)
+            before.notes.append(f"nothing to delete yet: {names} {'is' if len(self.not_yet) == 1 else 'are'} "
+                                "created by this cell (its first run)")
         cell = self.cell._sections()
         # A sentence the cell's sections already give (why TF has no CPU figures) is said once.
         said = {note.removeprefix("n/a: ") for section in cell for note in section.notes}
@@ -59,6 +72,63 @@ class FreshModelResult(Report):
         hints = Section("Hints")
         hints.notes.extend(self.hints)
         return [before, *cell, held, hints]
+
+
+_NEW_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda, ast.ListComp, ast.SetComp,
+               ast.DictComp, ast.GeneratorExp)
+
+
+def assigned_names(code: str | ast.AST | types.CodeType) -> set[str]:
+    """The names a cell (its source, its parsed tree or its compiled code) binds at its top level:
+    assignments, loop and ``with`` targets, imports, ``def``/``class`` names. What a function or
+    comprehension in it binds is its own, not the cell's.
+
+    Example:
+        >>> sorted(assigned_names("model = make()\\nfor epoch in range(3):\\n    history = model.fit()\\n"
+        ...                       "def f():\\n    hidden = 1"))
+        ['epoch', 'f', 'history', 'model']
+    """
+    if isinstance(code, types.CodeType):
+        stores = ("STORE_NAME", "STORE_GLOBAL", "STORE_FAST", "STORE_DEREF")
+        return {ins.argval for ins in dis.get_instructions(code) if ins.opname in stores}
+    tree = ast.parse(code) if isinstance(code, str) else code
+    names: set[str] = set()
+    stack: list[ast.AST] = [tree]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((alias.asname or alias.name).split(".")[0] for alias in node.names if alias.name != "*")
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            names.add(node.name)
+        if isinstance(node, _NEW_SCOPES):
+            if not isinstance(node, (ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
+                names.add(node.name)
+            continue  # its body binds its own names
+        stack.extend(ast.iter_child_nodes(node))
+    return names
+
+
+def _split_missing(names: tuple[str, ...], namespace: dict[str, Any], creates: set[str]
+                   ) -> tuple[tuple[str, ...], list[str]]:
+    """The names to delete, and those that do not exist yet because the block creates them (a loop
+    cell's first run: nothing to delete, nothing wrong). A name that neither exists nor is created
+    by the block is a mistake: it is refused here, before anything is deleted, with what was meant."""
+    present, not_yet = [], []
+    for name in names:
+        if not isinstance(name, str) or not name.isidentifier() or name in namespace:
+            present.append(name)  # clear_tf checks and words everything else
+        elif name in creates:
+            not_yet.append(name)
+        else:
+            known = [n for n in (*namespace, *creates) if isinstance(n, str) and not n.startswith("_")]
+            close = difflib.get_close_matches(name, known, n=1)
+            meant = f"; did you mean {close[0]!r}?" if close else ""
+            raise KerasMagicUsageError(
+                f"no variable named {name!r}, and the cell does not create it either: nothing was deleted{meant} "
+                "(%who lists your variables)")
+    return tuple(present), not_yet
 
 
 class fresh_model:  # noqa: N801 - used like a function: `with fresh_model():`
@@ -74,6 +144,10 @@ class fresh_model:  # noqa: N801 - used like a function: `with fresh_model():`
         namespace: where ``names`` live when there is no shell (default: the calling
             module's globals; pass ``locals()`` or your own dict from inside a function).
         label: the name the report gives the block.
+        creates: the names the block assigns (``%%fresh_model`` passes its cell's); default: those
+            the calling code stores. A name in ``names`` that does not exist yet but that the
+            block creates is the first run of a loop cell: nothing to delete, and the block
+            runs. A name that neither exists nor is created is refused (a typo).
 
     Example:
         >>> from kerasmagic import fresh_model
@@ -93,27 +167,38 @@ class fresh_model:  # noqa: N801 - used like a function: `with fresh_model():`
         shell=None,
         namespace: dict[str, Any] | None = None,
         label: str = "cell",
+        creates: Iterable[str] | None = None,
     ) -> None:
         self._clean_args = dict(
             shell=shell, seed=seed, purge_hidden=purge_hidden, purge_registry=purge_registry, namespace=namespace,
             clear_jax_caches=clear_jax_caches,
         )
         self._names = names
+        self._creates = None if creates is None else set(creates)
         self._label = label
         self._measure: measure | None = None
         self.result: FreshModelResult | None = None
 
     def __enter__(self) -> FreshModelResult:
         namespace = self._clean_args["namespace"]
-        if namespace is None and self._clean_args["shell"] is None:
-            if running_shell() is None:
+        caller = sys._getframe(1)
+        shell = self._clean_args["shell"]
+        if namespace is None and shell is None:
+            shell = running_shell()
+            if shell is None:
                 # A script: names live in the caller's module globals.
-                self._clean_args["namespace"] = sys._getframe(1).f_globals
-        clean = clear_tf(*self._names, **self._clean_args)
+                self._clean_args["namespace"] = caller.f_globals
+        where = self._clean_args["namespace"] if self._clean_args["namespace"] is not None else shell.user_ns
+        names, not_yet = self._names, list[str]()
+        if isinstance(where, dict):  # anything else is clear_tf's to refuse, in its words
+            creates = self._creates if self._creates is not None else assigned_names(caller.f_code)
+            names, not_yet = _split_missing(self._names, where, creates)
+        clean = clear_tf(*names, **self._clean_args)
         # The block's new models are looked for where its names live (no shell: a script).
         self._measure = measure(self._label, namespace=self._clean_args["namespace"])
         cell = self._measure.__enter__()
         self.result = FreshModelResult(clean, cell)
+        self.result.not_yet = not_yet
         return self.result
 
     def __exit__(self, exc_type, exc, tb) -> Literal[False]:

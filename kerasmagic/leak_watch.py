@@ -11,9 +11,13 @@ A cell is keyed by its id where the frontend sends one (JupyterLab and Notebook 
 ``cellId`` in the execute request's metadata; ipykernel hands it to IPython as
 ``ExecutionInfo.cell_id``), else by a hash of its source (terminal IPython, classic
 Notebook). A cell whose memory (RSS or TensorFlow in use) grew by more than
-:data:`NOISE_BYTES` on each of its last :data:`MIN_RUNS` or more runs is *flagged*:
-"cell [12] grows 9.60 MiB per run (5 runs)", with the fix. The watch keeps the last
-:data:`KEEP_RUNS` runs of the last :data:`KEEP_CELLS` cells.
+:data:`NOISE_BYTES` on each of its last :data:`MIN_RUNS` or more re-runs is *flagged*:
+"cell [12] grows 9.60 MiB per run (5 runs)", with the fix. A cell's first run never counts (it
+creates what later runs reuse), so a cell is flagged from its 4th run on. The fix is chosen by
+what holds the growth (:func:`advice`): the names to delete, ``%%fresh_model``, or ``--isolate``
+only where nothing in-process can free it. Beside that rule, a single run that left much behind
+(:data:`ONE_RUN_BYTES`, :data:`ONE_RUN_MODELS`) is named at once, with who holds it. The watch
+keeps the last :data:`KEEP_RUNS` runs of the last :data:`KEEP_CELLS` cells.
 
 ``%tf_mem --cells`` and :func:`cell_growth` show it as text (HTML in a notebook); the
 sidebar's "Leak watch" section gets it as the protocol's ``cell_growth`` message.
@@ -23,19 +27,22 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import sys
 import time
 from collections import OrderedDict, deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from .holders import collect_heavy
 from .probes import keras as keras_probe
 from .probes import tensorflow as tf_probe
 from .probes.availability import guarded
 from .probes.sample import allocator_total, gpu_device_values, gpu_framework_imported, memory_sample
 from .tables import Report, Section, format_bytes
 
-__all__ = ['FIX_TEXT', 'KEEP_CELLS', 'KEEP_RUNS', 'MIN_RUNS', 'NOISE_BYTES', 'CellGrowthReport', 'CellRun',
-           'LeakWatch', 'active_watch', 'cell_growth', 'growth_sentence', 'start', 'stop']
+__all__ = ['FIX_TEXT', 'KEEP_CELLS', 'KEEP_RUNS', 'MIN_RUNS', 'NOISE_BYTES', 'ONE_RUN_BYTES', 'ONE_RUN_MODELS', 'RULE',
+           'CellGrowthReport', 'CellRun', 'LeakWatch', 'active_watch', 'cell_growth', 'growth_sentence',
+           'advice', 'one_run_sentence', 'start', 'stop']
 
 logger = logging.getLogger(__name__)
 
@@ -46,6 +53,16 @@ MIN_RUNS = 3
 #: Runs kept per cell, and cells kept (the least recently run cell is forgotten first).
 KEEP_RUNS = 20
 KEEP_CELLS = 200
+#: A single run is named ("cell [3] grew +201 MiB and left 6 live models, held by `models`") when it
+#: left more than this behind (RSS or TF in use), whatever the run-over-run rule says: a student who
+#: ran a heavy cell once must not read "no cell grows" and think nothing stayed.
+ONE_RUN_BYTES = 100 * 2**20
+#: ... or this many more live Keras models after its first run (one new model is what a model cell is
+#: for). A re-run that leaves any more models is named too: the previous run's model is still held.
+ONE_RUN_MODELS = 2
+#: Modules whose first import alone grows a process by hundreds of MiB, once: a run that imported one
+#: is not named for its growth (there is nothing to free; its models are still named).
+_FRAMEWORKS = ("tensorflow", "torch", "jax", "keras")
 #: At most this many references are looked at when counting the models in the user's variables.
 _MODEL_SCAN_LIMIT = 2000
 
@@ -58,9 +75,10 @@ FIX_TEXT = {
     "keep_models": "Fix: each run keeps one more Keras model alive (a list of models or of History objects "
                    "holds them): keep only what you need from each, e.g. history.history, then %%fresh_model "
                    "frees the rest.",
-    # Only RSS grew: TF's pool, the C heap, or what the cell keeps itself.
-    "isolate": "Fix: %%fresh_model --isolate runs the cell in a new process, the only way to get this "
-               "memory back (unless the cell keeps it on purpose, e.g. a list it appends to).",
+    # Only RSS grew, alone, and nothing the user holds grew with it: what no in-process clean reaches.
+    "isolate": "Fix: nothing in your variables holds this memory and no in-process clean frees it (an "
+               "allocator's pool, the C heap, a library's cache): %%fresh_model --isolate runs the cell in a "
+               "new process, which gives it all back when it ends.",
 }
 
 #: The figures recorded per run, as they are named on the wire.
@@ -78,19 +96,34 @@ def _number(value: Any) -> int | float | None:
     return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
-def _model_count(shell) -> int | None:
+@dataclass
+class _Scan:
+    """What one bounded look at the user's variables saw: the models, and every object it passed
+    (so that after a run, what is new can be told from what was there)."""
+
+    models: set[int] | None
+    seen: set[int]
+    #: Length of each of the user's top-level lists, dicts, sets and tuples (``Out`` included): a name
+    #: whose container gains items on every growing run is what keeps the growth.
+    lengths: dict[str, int] = field(default_factory=dict)
+
+
+def _scan(shell) -> _Scan:
     """Keras models in the user's variables: top-level names, one level inside lists, tuples,
-    dicts and sets (``Out`` included), and a ``History``'s model. A bounded look at references,
-    never a heap walk; None before Keras is imported.
+    dicts and sets (``Out`` included), and a ``History``'s model; and the ids of every value it
+    looked at. A bounded look at references, never a heap walk; ``models`` is None before Keras
+    is imported.
 
     Example:
-        >>> _model_count(None) is None     # no Keras imported in a doctest process
-        True
+        >>> scan = _scan(None)          # no shell: nothing to look at
+        >>> scan.models, scan.seen, scan.lengths
+        (None, set(), {})
     """
     classes = keras_probe.model_classes()
-    if not classes or shell is None:
-        return None
-    histories = keras_probe.history_classes()
+    seen: set[int] = set()
+    if shell is None:
+        return _Scan(None, seen)
+    histories = keras_probe.history_classes() if classes else ()
     wanted = classes + histories
     # IPython's input history (In, _ih) and directory history hold strings: never models.
     history = getattr(shell, "history_manager", None)
@@ -102,6 +135,9 @@ def _model_count(shell) -> int | None:
     kinds: dict[type, bool] = dict.fromkeys(_PLAIN_TYPES, False)
 
     def note(value: Any) -> None:
+        seen.add(id(value))
+        if not wanted:
+            return
         kind = type(value)
         hit = kinds.get(kind)
         if hit is None:
@@ -113,16 +149,22 @@ def _model_count(shell) -> int | None:
         else:  # a History: its model
             model = getattr(value, "model", None)
             if isinstance(model, classes):
+                seen.add(id(model))
                 found.add(id(model))
 
-    for value in list(shell.user_ns.values()):
+    lengths: dict[str, int] = {}
+
+    for name, value in list(shell.user_ns.items()):
         budget -= 1
         if budget <= 0:
             break
         if type(value) in _CONTAINERS:
+            seen.add(id(value))
             if id(value) in skip:
                 continue
             skip.add(id(value))  # Out and _oh are one dict: look once
+            if not name.startswith("_"):  # Out, not _oh; the user's own _private lists are rare
+                lengths[name] = len(value)
             items = value.values() if type(value) is dict else value
             if len(items) > budget:
                 continue  # a big container is data, not models: its length says so, skip it
@@ -134,7 +176,62 @@ def _model_count(shell) -> int | None:
                 note(item)
         else:
             note(value)
-    return len(found)
+    return _Scan(found if classes else None, seen, lengths)
+
+
+def _tf1_holders(shell) -> list[str]:
+    """The user's names that hold a TensorFlow 1 ``Session`` or ``Graph`` (directly, in a container,
+    or as an attribute of an object of theirs): such a cell is freed by closing and dropping them,
+    and cannot run isolated (a Graph does not pickle). Read only when a cell is flagged: it looks
+    into every object's attributes (about 0.7 ms in a 600-name session).
+
+    Example:
+        >>> _tf1_holders(None)
+        []
+    """
+    if shell is None or "tensorflow" not in sys.modules:
+        return []
+    return [name for name, value in list(shell.user_ns.items())[:_MODEL_SCAN_LIMIT]
+            if not name.startswith("_") and _holds_tf1(value)]
+
+
+#: TensorFlow 1's graph-mode objects, by class name (``tf.compat.v1.Session`` and friends).
+_TF1_CLASSES = frozenset({"Session", "InteractiveSession", "Graph"})
+
+
+def _is_tf1(value: Any) -> bool:
+    kind = type(value)
+    return kind.__name__ in _TF1_CLASSES and (kind.__module__ or "").startswith("tensorflow")
+
+
+def _holds_tf1(value: Any) -> bool:
+    """``value`` is a TF1 Session or Graph, or holds one one level down (an item, or an attribute
+    of a user object such as ``tc.sess``). Judged by class name and module: TF is never imported."""
+    if _is_tf1(value):
+        return True
+    try:
+        if type(value) in (list, tuple, set, frozenset) and len(value) <= 100:
+            return any(_is_tf1(item) for item in value)
+        if type(value) is dict and len(value) <= 100:
+            return any(_is_tf1(item) for item in value.values())
+        # Past the object's own __getattribute__: some warn on any attribute read (torch's reduce_op).
+        attributes = object.__getattribute__(value, "__dict__")
+        if type(attributes) is dict and not issubclass(type(value), type) and len(attributes) <= 100:
+            return any(_is_tf1(item) for item in attributes.values())
+    except Exception:  # noqa: BLE001 - an odd user object must not break the watch
+        return False
+    return False
+
+
+def _model_count(shell) -> int | None:
+    """How many Keras models :func:`_scan` finds; None before Keras is imported.
+
+    Example:
+        >>> _model_count(None) is None     # no shell, no Keras imported in a doctest process
+        True
+    """
+    models = _scan(shell).models
+    return None if models is None else len(models)
 
 
 def read_figures(shell) -> dict[str, int | float | None]:
@@ -146,17 +243,25 @@ def read_figures(shell) -> dict[str, int | float | None]:
         >>> sorted(figures), figures["rss_bytes"] > 0, figures["tf_in_use_bytes"]
         (['custom_gradient_entries', 'gpu_bytes', 'live_models', 'rss_bytes', 'tf_in_use_bytes'], True, None)
     """
+    return _read(shell)[0]
+
+
+def _read(shell) -> tuple[dict[str, int | float | None], _Scan | None, frozenset[str]]:
+    """The figures, the scan they counted the models from, and the frameworks imported so far."""
     sample = memory_sample(gpu=gpu_framework_imported())
     gpu = gpu_device_values(sample["gpu"], "process_used_bytes")
     registry = guarded(tf_probe.custom_gradient_entries, "reading the registry") if tf_probe.module() else None
-    models = guarded(lambda: _model_count(shell), "counting models")
-    return {
+    scanned = guarded(lambda: _scan(shell), "counting models")
+    scan = scanned if isinstance(scanned, _Scan) else None
+    models = None if scan is None or scan.models is None else len(scan.models)
+    figures: dict[str, int | float | None] = {
         "rss_bytes": _number(sample["rss_bytes"]),
         "tf_in_use_bytes": allocator_total(sample["tf"]),
         "gpu_bytes": sum(gpu.values()) if gpu else None,
         "custom_gradient_entries": _number(registry),
-        "live_models": _number(models),
+        "live_models": models,
     }
+    return figures, scan, frozenset(name for name in _FRAMEWORKS if name in sys.modules)
 
 
 # ---- what is kept per run and per cell ------------------------------------------------------------
@@ -175,6 +280,10 @@ class CellRun:
     live_models: int | None
     #: The cell's first recorded run: it may create what later runs reuse, so it never counts as a leak.
     first: bool = False
+    #: The watch's count of runs of any cell: two runs of a cell with consecutive numbers ran alone.
+    seq: int = 0
+    #: The user's containers (top-level names) that gained items in this run.
+    grown: tuple[str, ...] = ()
 
     @property
     def growth_bytes(self) -> int | None:
@@ -195,6 +304,21 @@ class CellRun:
 
     def figures(self) -> dict[str, int | None]:
         return {name: getattr(self, name) for name in _FIGURES}
+
+
+def _ordinal(number: int) -> str:
+    """``4th``, ``3rd``.
+
+    Example:
+        >>> _ordinal(4), _ordinal(3), _ordinal(2), _ordinal(11)
+        ('4th', '3rd', '2nd', '11th')
+    """
+    suffix = "th" if 10 <= number % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(number % 10, "th")
+    return f"{number}{suffix}"
+
+
+#: The rule in words, as every report and document gives it (a cell's first run never counts).
+RULE = f"a cell's first run never counts, so a cell is flagged from its {_ordinal(MIN_RUNS + 1)} run on"
 
 
 def _first_line(source: str, limit: int = 60) -> str:
@@ -225,11 +349,16 @@ class _Cell:
         self.first_line = ""
         self.runs_seen = 0
         self.runs: deque[CellRun] = deque(maxlen=KEEP_RUNS)
+        #: What the last run left behind when it is worth naming on its own (:func:`one_run_sentence`).
+        self.one_run: dict[str, Any] | None = None
+        #: What holds the growth, read when the cell was last flagged (:meth:`LeakWatch._evidence`).
+        self.evidence: dict[str, Any] | None = None
 
-    def add(self, run: CellRun, source: str) -> None:
+    def add(self, run: CellRun, source: str, one_run: dict[str, Any] | None = None) -> None:
         self.runs.append(run)
         self.runs_seen += 1
         self.first_line = _first_line(source)
+        self.one_run = one_run
 
     @property
     def streak(self) -> list[CellRun]:
@@ -247,17 +376,13 @@ class _Cell:
         last = self.runs[-1]
         per_run = None
         growth = None
-        fix = None
+        fix: str | None = None
+        fix_text: str | None = None
+        held_by: list[str] = []
         if streak:
             per_run = {name: _mean([getattr(run, name) for run in streak]) for name in _FIGURES}
             growth = _mean([run.growth_bytes for run in streak])
-            if (per_run.get("live_models") or 0) >= 0.5:
-                fix = "keep_models"
-            elif ((per_run.get("custom_gradient_entries") or 0) > 0
-                  or (per_run.get("tf_in_use_bytes") or 0) > NOISE_BYTES):
-                fix = "fresh_model"
-            else:
-                fix = "isolate"
+            fix, fix_text, held_by = advice(per_run, self.evidence if len(streak) >= MIN_RUNS else None)
         return {
             "key": self.key,
             "cell_id": self.cell_id,
@@ -271,7 +396,85 @@ class _Cell:
             "last": last.figures(),
             "last_ts": last.ts,
             "fix": fix,
+            "fix_text": fix_text,
+            "held_by": held_by,
+            "one_run": None if self.one_run is None else dict(self.one_run),
         }
+
+    def streak_ran_alone(self) -> bool:
+        """Whether a growing run of the streak came right after the cell's own previous run (nothing
+        else ran between): only then is the growth shown to be this cell's."""
+        runs = list(self.runs)
+        length = len(self.streak)
+        return any(runs[i].seq == runs[i - 1].seq + 1 for i in range(max(len(runs) - length, 1), len(runs)))
+
+    def streak_containers(self) -> list[str]:
+        """The containers that gained items on every growing run of the streak."""
+        streak = self.streak
+        if not streak:
+            return []
+        common = set(streak[0].grown).intersection(*(run.grown for run in streak[1:]))
+        return [name for name in streak[-1].grown if name in common]
+
+
+def _code_names(names: list[str]) -> str:
+    return " ".join(name for name in names if name.isidentifier())
+
+
+def advice(per_run: dict[str, Any], evidence: dict[str, Any] | None) -> tuple[str, str, list[str]]:
+    """The fix for a growing cell, chosen by what holds the memory: ``(code, sentence, holders)``.
+
+    ``--isolate`` is advised only where nothing in-process can free the memory (no holder of the
+    user's grew with it, no model, registry entry or TensorFlow tensor) and the cell can run
+    isolated (no TensorFlow 1 Graph, which does not pickle), and the cell grew when it ran alone:
+    a cell that grew only with other cells run between its runs is not shown to leak.
+
+    Example:
+        >>> code, text, held = advice({"live_models": 0, "custom_gradient_entries": 0, "tf_in_use_bytes": 0},
+        ...                           {"containers": ["leak"], "held_by": [], "tf1": [], "alone": True,
+        ...                            "models_held_by": []})
+        >>> code, held, text[:40]
+        ('delete', ['leak'], 'Fix: `leak` gains items on every run and')
+    """
+    evidence = evidence or {}
+    tf1 = evidence.get("tf1") or []
+    held_by = list(dict.fromkeys([*(evidence.get("containers") or []), *(evidence.get("held_by") or [])]))
+    if evidence.get("tf1_source") or tf1:
+        names = _code_names(tf1)
+        free = (f"close its Session and `%clear_tf {names}` to free them" if names
+                else "close its Sessions and `%clear_tf` to free its graphs")
+        return ("tf1_graph",
+                f"Fix: this cell builds TensorFlow 1 graph-mode objects on every run{_held(tf1)}: {free}; build "
+                "the graph once and feed changing values through placeholders instead. (--isolate cannot "
+                "help: a tf.Graph cannot be sent to another process.)", tf1)
+    if (per_run.get("live_models") or 0) >= 0.5:
+        if not held_by:
+            return "keep_models", FIX_TEXT["keep_models"], []
+        return ("keep_models",
+                f"Fix: each run keeps one more Keras model alive, held by {_held_by(held_by)}: keep only what you "
+                f"need from each (e.g. history.history); `%clear_tf {_code_names(held_by)}` frees the rest.",
+                held_by)
+    if (per_run.get("custom_gradient_entries") or 0) > 0 or (per_run.get("tf_in_use_bytes") or 0) > NOISE_BYTES:
+        return "fresh_model", FIX_TEXT["fresh_model"], held_by
+    if held_by:
+        names = _code_names(held_by)
+        return ("delete",
+                f"Fix: {_held_by(held_by)} {'gains items' if len(held_by) == 1 else 'gain items'} on every run and "
+                f"{'holds' if len(held_by) == 1 else 'hold'} what grows: keep only what you need"
+                + (f", or `%clear_tf {names}` to free it." if names else "."), held_by)
+    if not evidence.get("alone", True):
+        models = evidence.get("models_held_by") or []
+        return ("run_alone",
+                "Not shown to be this cell: it grew only with other cells run between its runs. Run it "
+                "several times in a row: if it does not grow then, it is not a leak; what the other cells "
+                "left is freed in this process by `%clear_tf"
+                + (f" {_code_names(models)}` (the Keras models alive now are held by {_held_by(models)})."
+                   if models else "`."), models)
+    return "isolate", FIX_TEXT["isolate"], []
+
+
+def _held(names: list[str]) -> str:
+    return f" (held by {_held_by(names)})" if names else ""
 
 
 def cell_label(execution_count: Any) -> str:
@@ -293,6 +496,44 @@ def growth_sentence(summary: dict[str, Any]) -> str:
     """
     return (f"{cell_label(summary['execution_count'])} grows {format_bytes(summary['growth_per_run_bytes'])} "
             f"per run ({summary['streak']} runs)")
+
+
+def _held_by(names: list[str]) -> str:
+    """```models```, ```a`, `b``` and ```a`, `b`, `c` and 2 more``: the holders a sentence names.
+
+    Example:
+        >>> _held_by(["models"]), _held_by(["a", "b", "c", "d", "e"])
+        ('`models`', '`a`, `b`, `c` and 2 more')
+    """
+    shown = ", ".join(f"`{name}`" for name in names[:3])
+    return shown + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+
+
+def one_run_sentence(one_run: dict[str, Any]) -> str:
+    """What one run left behind, as the leak watch names it.
+
+    Example:
+        >>> one_run_sentence({"execution_count": 3, "growth_bytes": 201 * 2**20, "new_models": 6,
+        ...                   "first": True, "held_by": ["models"]})
+        'cell [3] grew +201 MiB and left 6 live models, held by `models`'
+        >>> one_run_sentence({"execution_count": 7, "growth_bytes": 0, "new_models": 1, "first": False,
+        ...                   "held_by": ["histories"]})
+        'cell [7] left 1 more live model than its previous run, held by `histories`'
+    """
+    parts = []
+    growth = one_run.get("growth_bytes")
+    if isinstance(growth, (int, float)) and growth > NOISE_BYTES:
+        parts.append(f"grew {format_bytes(growth, signed=True)}")
+    models = one_run.get("new_models") or 0
+    if models > 0:
+        plural = "s" if models != 1 else ""
+        parts.append(f"left {models} live model{plural}" if one_run.get("first")
+                     else f"left {models} more live model{plural} than its previous run")
+    sentence = f"{cell_label(one_run.get('execution_count'))} {' and '.join(parts) or 'ran'}"
+    held_by = one_run.get("held_by") or []
+    if held_by:
+        return f"{sentence}, held by {_held_by(held_by)}"
+    return f"{sentence}; none of your variables holds it (TensorFlow's pool, the C heap or a framework's cache)"
 
 
 def _count_change(value: float) -> str:
@@ -349,6 +590,12 @@ class CellGrowthReport(Report):
         """The flagged cells, the largest growth first."""
         return [cell for cell in self.cells if cell["flagged"]]
 
+    @property
+    def single_runs(self) -> list[dict[str, Any]]:
+        """Cells whose last run left enough behind to be named on its own, latest first
+        (:data:`ONE_RUN_BYTES`, :data:`ONE_RUN_MODELS`); a flagged cell is said in its flag."""
+        return [cell for cell in self.cells if cell.get("one_run") and not cell["flagged"]]
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "ts": self.ts,
@@ -367,29 +614,92 @@ class CellGrowthReport(Report):
             off = Section("Leak watch")
             off.notes.append("not running: %load_ext kerasmagic starts it (and %unload_ext stops it)")
             return [off]
-        flagged = Section(f"Cells that grew on each of their last {MIN_RUNS}+ runs")
+        flagged = Section(f"Cells that grew on each of their last {MIN_RUNS}+ re-runs (flagged from the "
+                          f"{_ordinal(MIN_RUNS + 1)} run on)")
         for cell in self.flagged:
             flagged.add(cell_label(cell["execution_count"]),
                         f"{format_bytes(cell['growth_per_run_bytes'], signed=True)} / run",
                         f"{cell['streak']} runs in a row · per run: {details(cell['per_run'])}"
                         + (f" · {cell['first_line']}" if cell["first_line"] else ""))
-            flagged.notes.append(f"{growth_sentence(cell)}. {FIX_TEXT[cell['fix']]}")
+            flagged.notes.append(f"{growth_sentence(cell)}. {cell.get('fix_text') or FIX_TEXT.get(cell['fix'], '')}")
         if not flagged.rows:
             flagged.notes.append(
-                f"none: no cell grew by more than {format_bytes(NOISE_BYTES)} on each of its last {MIN_RUNS} runs "
-                f"({self.watched_cells} cells watched)")
+                f"none: no cell grew by more than {format_bytes(NOISE_BYTES)} on {MIN_RUNS} re-runs in a row "
+                f"({RULE}; {self.watched_cells} cells watched)")
+        single = Section("What one run left behind")
+        for cell in self.single_runs:
+            one_run = cell["one_run"]
+            single.add(cell_label(one_run["execution_count"]),
+                       format_bytes(one_run["growth_bytes"], signed=True),
+                       f"{details(cell['last'])}" + (f" · {cell['first_line']}" if cell["first_line"] else ""))
+            held_by = [name for name in one_run["held_by"] if name.isidentifier()]
+            remedy = (f" `%clear_tf {' '.join(held_by)}` frees it once you no longer need it." if held_by else "")
+            single.notes.append(f"{one_run_sentence(one_run)}.{remedy}")
         recent = Section("Last run of the other recent cells")
         for cell in self.cells:
-            if cell["flagged"]:
+            if cell["flagged"] or cell.get("one_run"):
                 continue
             recent.add(cell_label(cell["execution_count"]),
                        format_bytes((cell["last"] or {}).get("rss_bytes"), signed=True),
                        f"{details(cell['last'])} · {cell['runs']} run{'s' if cell['runs'] != 1 else ''}"
                        + (f" · {cell['first_line']}" if cell["first_line"] else ""))
-        return [flagged, recent]
+        return [flagged, single, recent] if single.rows else [flagged, recent]
 
 
 # ---- the watch -----------------------------------------------------------------------------------------
+
+
+def _holder_root(where: str, kind: str) -> str | None:
+    """The name a user acts on for one of the holder search's places: ``models[3]`` is ``models``,
+    ``hist.model`` is ``hist``, ``Out[4]`` stays; IPython's copies of an output (``_4``, ``_``,
+    ``user_ns_hidden``, the display hook) are said once, as its ``Out[n]``.
+
+    Example:
+        >>> _holder_root("models[3]", "variable"), _holder_root("hist.model", "history")
+        ('models', 'hist')
+        >>> _holder_root("Out[4]", "output_cache"), _holder_root("_4", "output_cache")
+        ('Out[4]', None)
+    """
+    if kind == "output_cache":
+        return where if where.startswith("Out[") and where.endswith("]") and "][" not in where else None
+    if kind == "exception":
+        return "the last exception"
+    root = where.split("[", 1)[0].split(".", 1)[0]
+    return root or None
+
+
+def _uses_tf1(source: str) -> bool:
+    """The cell's code calls TensorFlow 1's graph mode (``tf.compat.v1.Session``, ``placeholder``...);
+    other ``tf.compat.v1`` calls (``logging.set_verbosity``) are not graph mode.
+
+    Example:
+        >>> _uses_tf1("sess = tf.compat.v1.Session()"), _uses_tf1("model.fit(x, y)")
+        (True, False)
+        >>> _uses_tf1("tf.compat.v1.logging.set_verbosity(tf.compat.v1.logging.ERROR)")
+        False
+    """
+    return any(word in source for word in ("Session(", "placeholder(", "disable_eager_execution", "disable_v2_behavior",
+                                           "Graph().as_default", "get_default_graph("))
+
+
+def _holders(shell, before: _Scan | None, after: _Scan | None) -> tuple[list[str], list[str]]:
+    """Who holds what the run created, and who holds the Keras models alive now: root names,
+    largest object first, of the holder search's places (models and large arrays)."""
+    if shell is None:
+        return [], []
+    known = before.seen if before is not None else set()
+    new_models = (after.models or set()) - (before.models or set()) if after is not None and before is not None \
+        else set()
+    names: list[str] = []
+    model_names: list[str] = []
+    for item in collect_heavy(shell):
+        roots = [root for root in (_holder_root(h.where, h.kind) for h in item.holders) if root is not None]
+        if item.info.get("kind") == "model":
+            model_names.extend(root for root in roots if root not in model_names)
+        if id(item.obj) in known and id(item.obj) not in new_models:
+            continue
+        names.extend(root for root in roots if root not in names)
+    return names, model_names
 
 
 def _cell_id(shell, info: Any) -> str | None:
@@ -429,8 +739,9 @@ class LeakWatch:
     def __init__(self, shell) -> None:
         self.shell = shell
         self._cells: OrderedDict[str, _Cell] = OrderedDict()
-        self._pending: tuple[str, str | None, str, dict[str, Any]] | None = None
+        self._pending: tuple[str, str | None, str, tuple] | None = None
         self._started = False
+        self._seq = 0
         #: What recording a run cost the kernel, pre and post together, for the last run.
         self.last_cost_s = 0.0
 
@@ -462,7 +773,7 @@ class LeakWatch:
             source = getattr(info, "raw_cell", None) or ""
             cell_id = _cell_id(self.shell, info)
             key = cell_id or _source_key(source)
-            self._pending = (key, cell_id, source, read_figures(self.shell))
+            self._pending = (key, cell_id, source, _read(self.shell))
         except Exception:  # the watch must never break a cell (logged at debug level)
             logger.debug("kerasmagic.leak_watch: reading the figures before a cell failed", exc_info=True)
             self._pending = None
@@ -481,9 +792,9 @@ class LeakWatch:
             logger.debug("kerasmagic.leak_watch: recording a cell's run failed", exc_info=True)
         self.last_cost_s += time.perf_counter() - started
 
-    def _record(self, pending: tuple[str, str | None, str, dict[str, Any]], result: Any) -> None:
-        key, cell_id, source, before = pending
-        after = read_figures(self.shell)
+    def _record(self, pending: tuple[str, str | None, str, tuple], result: Any) -> None:
+        key, cell_id, source, (before, scan_before, frameworks_before) = pending
+        after, scan_after, frameworks_after = _read(self.shell)
         changes = {name: (after[name] - before[name] if after[name] is not None and before[name] is not None
                           else None) for name in _FIGURES}
         count = getattr(result, "execution_count", None)
@@ -492,11 +803,54 @@ class LeakWatch:
             cell = self._cells[key] = _Cell(key, cell_id)
         else:
             self._cells.move_to_end(key)
+        self._seq += 1
+        grown: tuple[str, ...] = ()
+        if scan_before is not None and scan_after is not None:
+            grown = tuple(name for name, length in scan_after.lengths.items()
+                          if length > scan_before.lengths.get(name, length))
         run = CellRun(execution_count=count if isinstance(count, int) else None, ts=time.time(),
-                      first=cell.runs_seen == 0, **changes)
-        cell.add(run, source)
+                      first=cell.runs_seen == 0, seq=self._seq, grown=grown, **changes)
+        one_run = self._one_run(run, scan_before, scan_after, imported=frameworks_after - frameworks_before)
+        cell.add(run, source, one_run)
+        if len(cell.streak) >= MIN_RUNS:
+            # Flagged by this run: find out, once per flagged run, what holds the growth.
+            cell.evidence = self._evidence(cell, source, scan_before, scan_after)
         while len(self._cells) > KEEP_CELLS:
             self._cells.popitem(last=False)
+
+    def _evidence(self, cell: _Cell, source: str, before: _Scan | None, after: _Scan | None) -> dict[str, Any]:
+        """What holds a flagged cell's growth: the advice (:func:`advice`) is chosen from this."""
+        new, models = _holders(self.shell, before, after)
+        return {
+            "containers": cell.streak_containers(),
+            "held_by": new,
+            "models_held_by": models,
+            "tf1": _tf1_holders(self.shell),
+            "tf1_source": _uses_tf1(source),
+            "alone": cell.streak_ran_alone(),
+        }
+
+    def _one_run(self, run: CellRun, before: _Scan | None, after: _Scan | None,
+                 imported: frozenset[str]) -> dict[str, Any] | None:
+        """What this run left that is worth naming on its own, with who holds it; None if nothing.
+
+        Only such a run pays for the holder search (the bounded look at the session's references
+        that ``%tf_mem --who`` makes), so a plain cell still costs a fraction of a millisecond.
+        """
+        growth = run.growth_bytes
+        models = run.live_models or 0
+        heavy_growth = growth is not None and growth > ONE_RUN_BYTES and not imported
+        many_models = models >= (ONE_RUN_MODELS if run.first else 1)
+        if not (heavy_growth or many_models):
+            return None
+        return {
+            "execution_count": run.execution_count,
+            "first": run.first,
+            "growth_bytes": growth,
+            "new_models": max(models, 0),
+            "held_by": _holders(self.shell, before, after)[0],
+            "imported": sorted(imported),
+        }
 
     # ---- reading -----------------------------------------------------------------------------------
     @property
@@ -504,11 +858,13 @@ class LeakWatch:
         return len(self._cells)
 
     def summaries(self, recent: int | None = 10) -> list[dict[str, Any]]:
-        """Flagged cells (largest growth first), then up to ``recent`` other cells, latest run first."""
+        """Flagged cells (largest growth first), then cells whose last run is named on its own
+        (``one_run``, latest first), then up to ``recent`` other cells, latest run first."""
         summaries = [cell.summary() for cell in reversed(self._cells.values())]
         flagged = sorted((s for s in summaries if s["flagged"]), key=lambda s: -(s["growth_per_run_bytes"] or 0))
-        others = [s for s in summaries if not s["flagged"]]
-        return flagged + (others if recent is None else others[:recent])
+        named = [s for s in summaries if not s["flagged"] and s["one_run"]]
+        others = [s for s in summaries if not s["flagged"] and not s["one_run"]]
+        return flagged + named + (others if recent is None else others[:recent])
 
     def report(self, recent: int | None = 10) -> CellGrowthReport:
         return CellGrowthReport(self.summaries(recent), watching=self._started, watched_cells=len(self._cells))
@@ -556,7 +912,9 @@ def cell_growth(recent: int | None = 10) -> CellGrowthReport:
     After ``%load_ext kerasmagic`` every cell run is recorded (the change in RSS, TensorFlow
     in use, this process's GPU memory, CustomGradient registry entries and Keras models in
     your variables). A cell whose RSS or TensorFlow in use grew by more than 1 MiB on each of
-    its last 3 or more runs is flagged, with the fix. ``recent`` other cells (the most
+    its last 3 or more re-runs is flagged, with the fix (its first run never counts: a cell is
+    flagged from its 4th run on). A single run that left more than 100 MiB or several new
+    models behind is named at once, with who holds it. ``recent`` other cells (the most
     recently run; None: all) are listed after the flagged ones.
 
     Example:
@@ -566,7 +924,7 @@ def cell_growth(recent: int | None = 10) -> CellGrowthReport:
         ([], False)
         >>> print(report)                        # doctest: +SKIP
         kerasmagic: memory growth per cell (leak watch)
-        Cells that grew on each of their last 3+ runs
+        Cells that grew on each of their last 3+ re-runs (flagged from the 4th run on)
           cell [12]  +9.60 MiB / run  5 runs in a row · per run: RSS +9.60 MiB · +1 models · leak.append(...)
           · cell [12] grows 9.60 MiB per run (5 runs). Fix: ...
     """

@@ -430,7 +430,8 @@ class KerasMagics(Magics):
                    "auto (widgets where they render; the default), off (stop the running view).")
     @argument("--cells", action="store_true",
               help="Show which cells grow memory each time they run (the leak watch): a cell whose RSS or "
-                   "TensorFlow in use grew on each of its last 3+ runs is flagged, with the fix.")
+                   "TensorFlow in use grew on each of its last 3+ re-runs (from its 4th run on) is flagged, "
+                   "with the fix; a run that left 100+ MiB or several models is named at once.")
     @argument("--limit", type=_limit_size, default=False, metavar="SIZE",
               help="Set the memory limit the guard measures against (3GiB, 512MiB, bytes; K/M/G are binary, "
                    "KB/MB/GB decimal), or off to go back to the cgroup's (or the host's). A limit above the "
@@ -652,7 +653,7 @@ class KerasMagics(Magics):
 
     def _fresh_model_in_process(self, args, line: str, cell: str):
         __tracebackhide__ = True
-        from .fresh import fresh_model
+        from .fresh import assigned_names, fresh_model
 
         runner = _CellRunner(self.shell, cell, f"%%fresh_model {line}")
         hints = _reassigned_model_hints(self.shell, runner, args.names)
@@ -661,6 +662,8 @@ class KerasMagics(Magics):
                 *args.names, seed=args.seed, purge_hidden=not args.keep_hidden,
                 purge_registry=not args.keep_registry, clear_jax_caches=args.jax_caches, shell=self.shell,
                 label=f"cell [{runner.cell_number}]",
+                # A name the cell creates that does not exist yet: its first run, nothing to delete.
+                creates=assigned_names(runner.body),
             )
             result = context.__enter__()
         result.hints.extend(hints)

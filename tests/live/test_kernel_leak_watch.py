@@ -67,14 +67,16 @@ def test_cells_are_keyed_by_their_jupyterlab_cell_id_and_a_leak_is_flagged(kerne
     assert leak["cell_id"] == "leak-cell" and leak["flagged"] and leak["streak"] == 3
     assert leak["execution_count"] == counts[-1], (leak, counts)
     assert 1.8 * MIB <= leak["growth_per_run_bytes"] <= 2.6 * MIB, leak
-    assert leak["fix"] == "isolate" and leak["first_line"] == LEAK
+    # The list it appends to holds the growth: the fix names it (in-process), not --isolate.
+    assert (leak["fix"], leak["held_by"]) == ("delete", ["leak"]) and leak["first_line"] == LEAK, leak
     assert not cells["quiet-cell"]["flagged"] and cells["quiet-cell"]["runs"] == 4
     assert last["cells"][0]["key"] == "leak-cell"  # flagged first
     # The fourth message after the leak's first run is the first that flags it.
     assert [any(c["flagged"] for c in m["cells"]) for m in messages[2:6]] == [False, False, False, True]
     # The text report of the same kernel says the same.
     text = kernel.execute("import kerasmagic; print(kerasmagic.cell_growth())")
-    assert f"cell [{counts[-1]}] grows 2.0" in text and " MiB per run (3 runs). Fix: %%fresh_model --isolate" in text
+    assert f"cell [{counts[-1]}] grows 2.0" in text, text
+    assert " MiB per run (3 runs). Fix: `leak` gains items on every run" in text, text
 
 
 def test_without_a_cell_id_the_source_hash_is_the_key(kernel):
