@@ -42,6 +42,31 @@ function signedCount(count: number): string {
 }
 
 /** The flag's sentence: `cell [12] grows 9.77 MiB per run (4 runs)`. */
+/**
+ * The cells whose last run left much behind on its own (not flagged by the run-over-run rule),
+ * as the kernel's one-run rule names them.
+ */
+export function oneRunCells(message: ICellGrowth | null): ICellSummary[] {
+  return (message?.cells ?? []).filter(cell => !cell.flagged && cell.one_run);
+}
+
+/** `cell [3] grew +201 MiB and left 6 live models, held by models` */
+export function oneRunSentence(cell: ICellSummary, trans: IWording): string {
+  const run = cell.one_run!;
+  const label = cellLabel(run.execution_count ?? cell.execution_count);
+  const grew =
+    typeof run.growth_bytes === 'number' && run.growth_bytes > 0
+      ? trans.__('grew +%1', formatBytes(run.growth_bytes))
+      : '';
+  const models =
+    run.new_models > 0 ? trans.__('left %1 live models', run.new_models) : '';
+  const what = [grew, models].filter(Boolean).join(trans.__(' and '));
+  const held = run.held_by.length
+    ? trans.__(', held by %1', run.held_by.join(', '))
+    : '';
+  return trans.__('%1 %2 in one run%3', label, what, held);
+}
+
 export function growthSentence(cell: ICellSummary, trans: IWording): string {
   return trans.__(
     '%1 grows %2 per run (%3 runs)',
@@ -179,6 +204,13 @@ export function titleText(
   if (message.watched_cells === 0) {
     return trans.__('Leak watch: no cell has run since %load_ext kerasmagic');
   }
+  const oneRun = oneRunCells(message).length;
+  if (oneRun > 0) {
+    // Not "no cell grows": a run that left 200 MiB and six models behind is named at once.
+    return oneRun === 1
+      ? trans.__('Leak watch · 1 cell left much behind in one run')
+      : trans.__('Leak watch · %1 cells left much behind in one run', oneRun);
+  }
   return message.watched_cells === 1
     ? trans.__('Leak watch: no cell grows from run to run (1 cell watched)')
     : trans.__(
@@ -314,14 +346,19 @@ export class LeakWatchSection {
       kernelProtocol,
       trans
     );
+    const oneRun = oneRunCells(message);
+    this.node.dataset.oneRun = String(oneRun.length);
     this._list.textContent = '';
-    this._list.hidden = flagged.length === 0;
+    this._list.hidden = flagged.length === 0 && oneRun.length === 0;
     for (const cell of flagged) {
-      this._list.appendChild(this._item(cell));
+      this._list.appendChild(this._item(cell, growthSentence(cell, trans)));
+    }
+    for (const cell of oneRun) {
+      this._list.appendChild(this._item(cell, oneRunSentence(cell, trans)));
     }
   }
 
-  private _item(cell: ICellSummary): HTMLElement {
+  private _item(cell: ICellSummary, sentence: string): HTMLElement {
     const trans = this._trans;
     const item = el('li', 'jp-KerasMagic-leak');
     item.dataset.key = cell.key;
@@ -329,7 +366,7 @@ export class LeakWatchSection {
     item.dataset.executionCount = String(cell.execution_count ?? '');
     item.dataset.fix = cell.fix ?? '';
     item.dataset.growthPerRunBytes = String(cell.growth_per_run_bytes ?? '');
-    const sentence = growthSentence(cell, trans);
+    item.dataset.rule = cell.flagged ? 'runs' : 'one_run';
     const cellId = cell.cell_id;
     if (cellId && this._showCell) {
       const button = el('button', 'jp-KerasMagic-leakCell', sentence);
@@ -361,6 +398,9 @@ export class LeakWatchSection {
       line.appendChild(el('code', 'jp-KerasMagic-leakFixCode', fix.code));
       line.appendChild(document.createTextNode(fix.rest));
       item.appendChild(line);
+    } else if (cell.fix_text) {
+      // A fix code this sidebar does not know: the kernel's own words.
+      item.appendChild(el('div', 'jp-KerasMagic-leakFix', cell.fix_text));
     }
     return item;
   }

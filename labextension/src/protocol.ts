@@ -247,6 +247,21 @@ export interface ICellSummary {
   last: ICellFigures;
   last_ts?: number;
   fix: string | null;
+  /** What the last run left behind when worth naming on its own (the one-run rule). */
+  one_run?: IOneRun | null;
+  /** The fix as the kernel words it, with the names holding the memory. */
+  fix_text?: string | null;
+  held_by?: string[];
+}
+
+/** A single run that grew much or left live models (`cell_growth`'s `one_run`). */
+export interface IOneRun {
+  execution_count: number | null;
+  first: boolean;
+  growth_bytes: number | null;
+  new_models: number;
+  held_by: string[];
+  imported?: string[];
 }
 
 /** Since 1.2: the leak watch, flagged cells first, then the recently run ones. */

@@ -12,6 +12,8 @@ import {
   flaggedCells,
   growthSentence,
   IWording,
+  oneRunCells,
+  oneRunSentence,
   signedBytes,
   titleText
 } from '../cells';
@@ -138,5 +140,38 @@ describe('wording', () => {
     expect(titleText(null, true, '1.2.0', trans)).toBe(
       'Leak watch: waiting for the kernel'
     );
+  });
+});
+
+describe('the one-run rule', () => {
+  const grewOnce = cell({
+    key: 'once',
+    flagged: false,
+    streak: 0,
+    execution_count: 3,
+    one_run: {
+      execution_count: 3,
+      first: true,
+      growth_bytes: 201 * 1024 * 1024,
+      new_models: 6,
+      held_by: ['models']
+    },
+    fix_text: 'del models, or %clear_tf models'
+  });
+
+  it('names a run that left much behind, not "no cell grows"', () => {
+    const message = { ...MESSAGE, cells: [MESSAGE.cells[1], grewOnce] };
+    expect(oneRunCells(message)).toEqual([grewOnce]);
+    expect(oneRunSentence(grewOnce, trans)).toBe(
+      'cell [3] grew +201 MiB and left 6 live models in one run, held by models'
+    );
+    expect(titleText(message, true, '1.5.0', trans)).toBe(
+      'Leak watch · 1 cell left much behind in one run'
+    );
+  });
+
+  it('leaves a flagged cell to the run-over-run rule', () => {
+    const both = cell({ one_run: grewOnce.one_run });
+    expect(oneRunCells({ ...MESSAGE, cells: [both] })).toEqual([]);
   });
 });
