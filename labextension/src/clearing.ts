@@ -149,11 +149,20 @@ export class ClearSection {
   readonly node: HTMLElement;
   readonly button: HTMLButtonElement;
 
-  render(state: IClearState | null): void {
-    if (state === this._state) {
+  /**
+   * Draw the last clear's `state`; `runningCell` (the running cell's number, `true` if its
+   * number is unknown, `false` when none runs) says what a pending clear waits for.
+   */
+  render(
+    state: IClearState | null,
+    runningCell: number | boolean = false
+  ): void {
+    const waitsFor = state?.status === 'pending' ? runningCell : false;
+    if (state === this._state && waitsFor === this._waitsFor) {
       return; // the details stay open across samples
     }
     this._state = state;
+    this._waitsFor = waitsFor;
     const trans = this._trans;
     const report = this._report;
     report.textContent = '';
@@ -168,7 +177,11 @@ export class ClearSection {
         el(
           'div',
           'jp-KerasMagic-cleanHead',
-          trans.__('Queued: clears when the running cell ends…')
+          waitsFor === false
+            ? trans.__('Clearing…')
+            : typeof waitsFor === 'number'
+              ? trans.__('Queued: clears when cell [%1] ends…', waitsFor)
+              : trans.__('Queued: clears when the running cell ends…')
         )
       );
       return;
@@ -325,4 +338,5 @@ export class ClearSection {
   private _trans: IWording;
   private _report: HTMLElement;
   private _state: IClearState | null = null;
+  private _waitsFor: number | boolean = false;
 }

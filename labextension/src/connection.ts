@@ -646,6 +646,17 @@ export class LiveConnection implements IDisposable {
       : `${content.ename ?? content.status}: ${content.evalue ?? ''}`;
   }
 
+  /**
+   * Whether a cell runs in the followed kernel, as this page knows it: its `In[n]` where
+   * known, `true` where a cell runs but its number was missed, `false` when none runs.
+   */
+  get runningCell(): number | boolean {
+    if (this._runningCount !== null) {
+      return this._runningCount;
+    }
+    return this._executing || this._kernel?.status === 'busy';
+  }
+
   /** The death of the followed kernel's predecessor, until dismissed; null if none. */
   get death(): IDeath | null {
     return this._deaths.get(this._kernelId()) ?? null;

@@ -250,6 +250,16 @@ export class KerasMagicPanel extends Widget {
     this._runStatus.setAttribute('role', 'status');
     this._body.appendChild(this._runStatus);
 
+    // Right below the chart: the button stays where it is however long the lists below grow,
+    // and its report shows without scrolling.
+    this._clearing = new ClearSection({
+      trans,
+      onClear: () => void this._onClear()
+    });
+    this._body.appendChild(this._clearing.node);
+    this._event = el('div', 'jp-KerasMagic-event');
+    this._clearing.node.appendChild(this._event);
+
     this._tfSection = this._section('tf', trans.__('TensorFlow'));
     this._tfLines = el('div', 'jp-KerasMagic-lines');
     this._tfSection.node.appendChild(this._tfLines);
@@ -277,13 +287,6 @@ export class KerasMagicPanel extends Widget {
     this._jobsSection.appendChild(this._jobsList);
     this._body.appendChild(this._jobsSection);
 
-    this._clearing = new ClearSection({
-      trans,
-      onClear: () => void this._onClear()
-    });
-    this._body.appendChild(this._clearing.node);
-    this._event = el('div', 'jp-KerasMagic-event');
-    this._clearing.node.appendChild(this._event);
     this._footer = el('div', 'jp-KerasMagic-footer');
     this._body.appendChild(this._footer);
     this.node.appendChild(this._body);
@@ -434,7 +437,10 @@ export class KerasMagicPanel extends Widget {
       restartedAt === null ? '' : String(restartedAt / 1000);
     const first = this.connection.history.points(SERIES.rss)[0];
     this.node.dataset.historySince = first ? String(first.ts) : '';
-    this._clearing.render(this.connection.clearReport);
+    this._clearing.render(
+      this.connection.clearReport,
+      this.connection.runningCell
+    );
     const event = this.connection.lastEvent;
     this._event.textContent = event
       ? trans.__(
@@ -904,9 +910,17 @@ export class KerasMagicPanel extends Widget {
       );
       return;
     }
+    // Read between cells: while one runs (it may be building six), "none" is only as of the
+    // last cell, and says so.
+    const running = this.connection.runningCell;
     this._modelsTitle.textContent = models.length
       ? trans.__('Live models (%1)', models.length)
-      : trans.__('Live models: none');
+      : running !== false
+        ? trans.__(
+            'Live models: none as of cell [%1] (read again when the running cell ends)',
+            facts.execution_count
+          )
+        : trans.__('Live models: none');
     for (const model of models) {
       const item = el('li', 'jp-KerasMagic-model');
       item.appendChild(el('span', 'jp-KerasMagic-modelName', model.name));

@@ -59,6 +59,27 @@ def test_the_sidebar_in_a_short_lesson(lab, page, artifacts):
     assert re.fullmatch(r"Kernel RSS: \d+(\.\d+)? MiB", rss), rss
     page.locator(SIDEBAR).screenshot(path=str(artifacts / "sidebar-short-lesson.png"))
 
+    # Clear session while the kernel is idle: never "Queued", and its report right below the
+    # chart, above the sections that grow (Keras' live models, the jobs).
+    states = page.evaluate(f"""() => new Promise(resolve => {{
+        const seen = [];
+        const report = document.querySelector("{SIDEBAR} .jp-KerasMagic-report");
+        const observer = new MutationObserver(() => seen.push(report.textContent));
+        observer.observe(report, {{childList: true, subtree: true, characterData: true}});
+        document.querySelector("{SIDEBAR} .jp-KerasMagic-clear").click();
+        const done = () => report.dataset.status === 'ok' || report.dataset.status === 'failed';
+        const poll = setInterval(() => {{ if (done()) {{ clearInterval(poll); observer.disconnect();
+                                                     resolve(seen); }} }}, 50);
+    }})""")
+    assert states and not any(text.startswith("Queued") for text in states), states
+    order = page.evaluate(f"""() => {{
+        const body = document.querySelector("{SIDEBAR} .jp-KerasMagic-body");
+        const clear = body.querySelector('.jp-KerasMagic-clear');
+        const keras = body.querySelector("[data-section='keras']");
+        return !!(clear.compareDocumentPosition(keras) & Node.DOCUMENT_POSITION_FOLLOWING);
+    }}""")
+    assert order, "the Clear session button comes before the Keras section"
+
     # The window chosen is remembered: after a reload the chart shows the last minute again.
     page.click(f"{SIDEBAR} .jp-KerasMagic-windowButton[data-minutes='1']")
     assert _chart(page)["label"] == "Memory timeline of this kernel, last minute"
