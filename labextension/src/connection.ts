@@ -238,6 +238,11 @@ interface IKernelRecord {
   pid: number | null;
   /** When this page saw the kernel restart (ms since the epoch), null if it did not. */
   restartedAt: number | null;
+  /** The kernel's last hello, sample and facts: what the panel shows again at once when the
+   * user comes back to this kernel, marked "updating…" until the kernel answers. */
+  hello: IHello | null;
+  latestSample: ISample | null;
+  latestFacts: IFacts | null;
 }
 
 /**
@@ -346,11 +351,11 @@ export class LiveConnection implements IDisposable {
   }
 
   get latestSample(): ISample | null {
-    return this._latestSample;
+    return this._record().latestSample;
   }
 
   get latestFacts(): IFacts | null {
-    return this._latestFacts;
+    return this._record().latestFacts;
   }
 
   /** The last event of the kernel this sidebar follows now. */
@@ -647,6 +652,21 @@ export class LiveConnection implements IDisposable {
   }
 
   /**
+   * The followed kernel's last hello while it is not (yet) connected again and the page has
+   * its last view (switched away and back, a re-attach): the panel shows that view at once,
+   * marked "updating…", instead of a blank "Connecting…". Null otherwise.
+   */
+  get lastView(): IHello | null {
+    const kind = this._state.kind;
+    const record = this._records.get(this._kernelId());
+    return (kind === 'connecting' || kind === 'waiting') &&
+      record?.hello &&
+      record.latestSample
+      ? record.hello
+      : null;
+  }
+
+  /**
    * Whether a cell runs in the followed kernel, as this page knows it: its `In[n]` where
    * known, `true` where a cell runs but its number was missed, `false` when none runs.
    */
@@ -775,7 +795,10 @@ export class LiveConnection implements IDisposable {
       lastEvent: null,
       clearReport: null,
       pid: null,
-      restartedAt: restarted ? Date.now() : null
+      restartedAt: restarted ? Date.now() : null,
+      hello: null,
+      latestSample: null,
+      latestFacts: null
     };
     if (restartTs !== undefined) {
       addMark(record.marks, { kind: 'restart', ts: restartTs });
@@ -807,8 +830,6 @@ export class LiveConnection implements IDisposable {
       this._retryMs = UNANSWERED_OPEN_MS;
       kernel.iopubMessage.connect(this._onIopub, this);
     }
-    this._latestSample = null;
-    this._latestFacts = null;
     this._waitOnMainShell = null;
     this._cellGrowth = null; // the kernel sends it after hello too
     this._jobs.clear(); // the kernel sends its list (isolated_jobs) right after hello
@@ -1043,6 +1064,7 @@ export class LiveConnection implements IDisposable {
           return;
         }
         this._notePid(message.pid, message.ts);
+        this._record().hello = message;
         this._retryMs = UNANSWERED_OPEN_MS;
         this._setState({ kind: 'connected', hello: message });
         this._sendVisibility(); // shown or hidden since the open went out
@@ -1052,11 +1074,11 @@ export class LiveConnection implements IDisposable {
         break;
       case 'sample':
         if (this._recordSample(message)) {
-          this._latestSample = message; // an overtaken one must not turn the headlines back
+          this._record().latestSample = message; // an overtaken one must not turn the headlines back
         }
         break;
       case 'facts':
-        this._latestFacts = message;
+        this._record().latestFacts = message;
         recordFacts(this.history, message);
         break;
       case 'event':
@@ -1215,8 +1237,6 @@ export class LiveConnection implements IDisposable {
     record: IKernelRecord;
     runningCount: number | null;
   } | null = null;
-  private _latestSample: ISample | null = null;
-  private _latestFacts: IFacts | null = null;
   private _cellGrowth: ICellGrowth | null = null;
   private _jobs = new JobTable();
   private _panelVisible = false;

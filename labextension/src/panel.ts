@@ -369,11 +369,14 @@ export class KerasMagicPanel extends Widget {
     this._renderNotice(state);
     this._renderDeath();
     const connected = state.kind === 'connected';
-    this._body.hidden = !connected;
+    // Back on a kernel it has seen: its last view at once, "updating…", not a blank panel.
+    const updating = !connected && this.connection.lastView !== null;
+    this.node.dataset.updating = String(updating);
+    this._body.hidden = !connected && !updating;
     this._renderKernelRecord();
     this._clearing.button.disabled =
       !connected || this.connection.clearReport?.status === 'pending';
-    if (!connected) {
+    if (!connected && !updating) {
       this._stopTicker();
       return;
     }
@@ -511,6 +514,15 @@ export class KerasMagicPanel extends Widget {
         state.hello.package_version
       );
     }
+    const last = this.connection.lastView;
+    if (last) {
+      return this._trans.__(
+        '%1 · pid %2 · kerasmagic %3 · updating…',
+        name,
+        last.pid,
+        last.package_version
+      );
+    }
     return name;
   }
 
@@ -518,7 +530,10 @@ export class KerasMagicPanel extends Widget {
     const trans = this._trans;
     const notice = this._notice;
     notice.textContent = '';
-    notice.hidden = state.kind === 'connected';
+    // Showing the kernel's last view while it answers: no "Connecting…" over it.
+    notice.hidden =
+      state.kind === 'connected' ||
+      (state.kind === 'connecting' && this.connection.lastView !== null);
     delete notice.dataset.waitingFor;
     const say = (title: string, hint: string, code?: string) => {
       notice.appendChild(el('p', 'jp-KerasMagic-noticeTitle', title));
@@ -539,9 +554,11 @@ export class KerasMagicPanel extends Widget {
       case 'connecting':
         say(
           trans.__('Connecting…'),
-          trans.__(
-            'Waiting for the kernel to answer (it answers after the running cell).'
-          )
+          this.connection.runningCell === false
+            ? trans.__('Waiting for the kernel to answer.')
+            : trans.__(
+                'Waiting for the kernel to answer (it answers after the running cell).'
+              )
         );
         break;
       case 'waiting': {

@@ -274,6 +274,31 @@ describe('LiveConnection with a 1.3 kernel', () => {
     connection.dispose();
   });
 
+  it("shows a kernel's last view at once when the user comes back to it", async () => {
+    const first = new FakeKernel('k1');
+    const { connection, session } = await attached(first);
+    const sample = data('sample_cpu_host.json');
+    first.comm.receive(sample);
+    const second = new FakeKernel('k2');
+    connection.setSessionContext(new FakeSession(second) as any);
+    // Another kernel, not seen before: nothing to show but "Connecting…".
+    expect(connection.lastView).toBeNull();
+    expect(connection.latestSample).toBeNull();
+    await settle();
+    second.comm.receive(hello(5000));
+    second.comm.receive({ ...sample, ts: sample.ts + 5, rss_bytes: 1 });
+
+    // Back to the first: its own pid with its own numbers until it answers, never k2's.
+    connection.setSessionContext(session as any);
+    expect(connection.state.kind).toBe('connecting');
+    expect(connection.lastView?.pid).toBe(4242);
+    expect(connection.latestSample).toBe(sample);
+    await settle();
+    first.comm.receive(hello(4242));
+    expect(connection.lastView).toBeNull(); // connected: the live view
+    connection.dispose();
+  });
+
   it('never mixes two kernels and marks a restart on a new timeline', async () => {
     const first = new FakeKernel('k1');
     const { connection, session } = await attached(first);
