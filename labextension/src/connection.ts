@@ -405,6 +405,41 @@ export class LiveConnection implements IDisposable {
     return this._session?.kernelDisplayName ?? '';
   }
 
+  /** The followed notebook's path ('' with none): what the auto-load choice is kept by. */
+  get notebookPath(): string {
+    return this._session?.path ?? '';
+  }
+
+  /**
+   * Notebooks whose new kernels load kerasmagic by themselves (the settings' `autoload`):
+   * a restarted kernel then re-attaches without `%load_ext` typed again.
+   */
+  setAutoload(paths: string[]): void {
+    this._autoload = new Set(paths);
+    this._autoloadIfWanted();
+  }
+
+  get autoloads(): boolean {
+    return this._autoload.has(this.notebookPath);
+  }
+
+  private _autoloadIfWanted(): void {
+    const kernel = this._session?.session?.kernel;
+    if (
+      this._state.kind === 'not_loaded' &&
+      kernel &&
+      this.autoloads &&
+      this._autoloadedFor !== kernel
+    ) {
+      this._autoloadedFor = kernel; // once per kernel process: a failure is not retried
+      void this.loadExtension().then(error => {
+        if (error) {
+          console.warn(`kerasmagic: loading it by itself failed: ${error}`);
+        }
+      });
+    }
+  }
+
   /** The sampling interval this sidebar asks for (settings). */
   get intervalS(): number {
     return this._intervalS;
@@ -514,6 +549,8 @@ export class LiveConnection implements IDisposable {
 
   private _onStatus(session: ISessionContext, status: Kernel.Status): void {
     if (GONE_STATUSES.has(status)) {
+      // A new process comes (same connection object): it may be loaded by itself once again.
+      this._autoloadedFor = null;
       if (DEATH_STATUSES.has(status) && !this._deaths.has(this._kernelId())) {
         const pending = this._restartPending;
         this._restartPending = null;
@@ -1203,6 +1240,9 @@ export class LiveConnection implements IDisposable {
     }
   }
 
+  private _autoload = new Set<string>();
+  private _autoloadedFor: Kernel.IKernelConnection | null = null;
+
   private _setState(state: ConnectionState): void {
     const same =
       state.kind === this._state.kind &&
@@ -1212,6 +1252,9 @@ export class LiveConnection implements IDisposable {
     this._state = state;
     if (!same) {
       this._stateChanged.emit(state);
+    }
+    if (state.kind === 'not_loaded') {
+      this._autoloadIfWanted();
     }
   }
 

@@ -79,6 +79,18 @@ const plugin: JupyterFrontEndPlugin<void> = {
           id => app.shell.activateById(id),
           run.executionCount
         ),
+      saveAutoload: (path, on) => {
+        const current = (settings?.get('autoload').composite as string[]) ?? [];
+        const next = on
+          ? [...new Set([...current, path])]
+          : current.filter(known => known !== path);
+        connection.setAutoload(next);
+        void settings
+          ?.set('autoload', next)
+          .catch(reason =>
+            console.warn('kerasmagic: cannot remember the choice', reason)
+          );
+      },
       saveWindow: minutes =>
         void settings
           ?.set('timeline_window', minutes)
@@ -127,6 +139,9 @@ const plugin: JupyterFrontEndPlugin<void> = {
           connection.configure(readSettings(loaded));
           panel.timelineWindow = Number(
             loaded.get('timeline_window').composite ?? 0
+          );
+          connection.setAutoload(
+            (loaded.get('autoload').composite as string[]) ?? []
           );
         };
         apply();

@@ -146,6 +146,8 @@ export namespace KerasMagicPanel {
     showRun?: (run: ICellRunLike) => Promise<boolean>;
     /** The user chose a timeline window: remember it (the settings' `timeline_window`). */
     saveWindow?: (minutes: number) => void;
+    /** Load kerasmagic by itself in new kernels of this notebook path, or stop (settings). */
+    saveAutoload?: (path: string, on: boolean) => void;
   }
 }
 
@@ -245,6 +247,7 @@ export class KerasMagicPanel extends Widget {
       onWindowChange: minutes => options.saveWindow?.(minutes)
     });
     this._showRunCallback = options.showRun;
+    this._saveAutoload = options.saveAutoload;
     this._body.appendChild(this._timeline.node);
     this._runStatus = el('div', 'jp-KerasMagic-runStatus');
     this._runStatus.setAttribute('role', 'status');
@@ -601,6 +604,26 @@ export class KerasMagicPanel extends Widget {
           });
         });
         notice.appendChild(load);
+        const path = this.connection.notebookPath;
+        if (path && this._saveAutoload) {
+          const label = el('label', 'jp-KerasMagic-autoload');
+          const box = document.createElement('input');
+          box.type = 'checkbox';
+          box.checked = this.connection.autoloads;
+          box.addEventListener('change', () => {
+            this._saveAutoload?.(path, box.checked);
+            if (box.checked) {
+              load.click();
+            }
+          });
+          label.append(
+            box,
+            document.createTextNode(
+              ' ' + trans.__("Load it by itself in this notebook's new kernels")
+            )
+          );
+          notice.appendChild(label);
+        }
         if (this._loadError) {
           notice.appendChild(
             el(
@@ -870,6 +893,24 @@ export class KerasMagicPanel extends Widget {
       formatSeconds(this.connection.intervalS),
       formatSeconds(sample.sample_cost_s)
     );
+    const path = this.connection.notebookPath;
+    if (this.connection.autoloads && path && this._saveAutoload) {
+      // Said where it can be undone.
+      this._footer.appendChild(
+        document.createTextNode(
+          ' · ' +
+            this._trans.__("loads by itself in this notebook's new kernels") +
+            ' '
+        )
+      );
+      const stop = el(
+        'button',
+        'jp-KerasMagic-autoloadStop',
+        this._trans.__('Stop')
+      );
+      stop.addEventListener('click', () => this._saveAutoload?.(path, false));
+      this._footer.appendChild(stop);
+    }
   }
 
   /** Keras: one quiet line until it is imported, then counters and live models. */
@@ -1186,6 +1227,7 @@ export class KerasMagicPanel extends Widget {
   private _event: HTMLElement;
   private _footer: HTMLElement;
   private _restarted: HTMLElement;
+  private _saveAutoload?: (path: string, on: boolean) => void;
   /** Why the empty state's "Load kerasmagic" failed, shown there until it loads. */
   private _loadError: string | null = null;
   private _death: HTMLElement;

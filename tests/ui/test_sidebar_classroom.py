@@ -97,3 +97,38 @@ def test_the_sidebar_in_a_short_lesson(lab, page, artifacts):
     page.keyboard.press("Control+Alt+K")
     page.wait_for_function(f"() => document.querySelector('{SIDEBAR}').contains(document.activeElement)")
     assert page.is_visible(SIDEBAR)
+
+
+def _pid(page) -> int:
+    return int(re.search(r"pid (\d+)", page.text_content(f"{SIDEBAR} .jp-KerasMagic-header")).group(1))
+
+
+def _restart(page) -> None:
+    page.evaluate("async () => await window.jupyterapp.shell.currentWidget.sessionContext.session.kernel.restart()")
+
+
+def test_a_notebook_can_load_kerasmagic_by_itself_in_its_new_kernels(lab, page):
+    _open(lab, page, "autoload.ipynb", ["x = 1"])
+    page.wait_for_selector(f"{SIDEBAR}[data-state='not_loaded'] .jp-KerasMagic-autoload input", timeout=90_000)
+    page.check(f"{SIDEBAR} .jp-KerasMagic-autoload input")  # remembers, and loads it now
+    page.wait_for_selector(f"{SIDEBAR}[data-state='connected'][data-sample-seq]", timeout=90_000)
+    first = _pid(page)
+    assert "loads by itself in this notebook's new kernels" in page.text_content(f"{SIDEBAR} .jp-KerasMagic-footer")
+
+    # A restart: the new kernel loads it without a cell typed.
+    _restart(page)
+    page.wait_for_function(
+        f"""(first) => {{
+            const panel = document.querySelector("{SIDEBAR}");
+            const pid = /pid (\\d+)/.exec(panel.querySelector('.jp-KerasMagic-header').textContent);
+            return panel.dataset.state === 'connected' && pid && Number(pid[1]) !== first;
+        }}""", arg=first, timeout=90_000)
+    assert page.evaluate("() => window.jupyterapp.shell.currentWidget.content.widgets[0].model.executionCount") is None
+
+    # Stopped from the footer: the next kernel waits for the user again.
+    page.click(f"{SIDEBAR} .jp-KerasMagic-autoloadStop")
+    time.sleep(1.0)  # the setting is saved through the server
+    _restart(page)
+    page.wait_for_selector(f"{SIDEBAR}[data-state='not_loaded']", timeout=90_000)
+    time.sleep(3)
+    assert page.get_attribute(SIDEBAR, "data-state") == "not_loaded"
