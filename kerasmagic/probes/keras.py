@@ -13,8 +13,9 @@ from typing import Any
 
 from .availability import Unavailable, guarded
 
-__all__ = ['backend', 'history_classes', 'iter_models', 'keras3', 'model_classes', 'model_footprint', 'name_counters',
-           'optimizer_state_origin', 'snapshot', 'status', 'tf_keras', 'version']
+__all__ = ['backend', 'callback_classes', 'history_classes', 'iter_models', 'keras3', 'model_classes',
+           'model_footprint', 'name_counters',
+           'optimizer_state_origin', 'snapshot', 'status', 'tf_keras', 'variable_bytes', 'version']
 
 
 def keras3():
@@ -154,7 +155,29 @@ def history_classes() -> tuple[type, ...]:
     return tuple(classes)
 
 
-def _variable_bytes(variables) -> int:
+def callback_classes() -> tuple[type, ...]:
+    """The ``Callback`` base classes of every imported Keras (a callback holds ``.model``).
+
+    Example:
+        >>> isinstance(object(), callback_classes())
+        False
+    """
+    classes = []
+    if keras3() is not None:
+        classes.append(keras3().callbacks.Callback)
+    legacy = tf_keras()
+    if legacy is not None:
+        classes.append(legacy.callbacks.Callback)
+    return tuple(classes)
+
+
+def variable_bytes(variables) -> int:
+    """Bytes of a list of variables (weights, optimizer slots), read from shape and dtype.
+
+    Example:
+        >>> variable_bytes([])
+        0
+    """
     total = 0
     for variable in variables:
         size = 1
@@ -184,9 +207,9 @@ def model_footprint(model) -> dict[str, Any]:
     return {
         "name": getattr(model, "name", "?"),
         "class": type(model).__name__,
-        "weight_bytes": guarded(lambda: _variable_bytes(model.weights), "sizing weights"),
+        "weight_bytes": guarded(lambda: variable_bytes(model.weights), "sizing weights"),
         "optimizer_bytes": guarded(
-            lambda: _variable_bytes(optimizer_variables or []), "sizing optimizer state"
+            lambda: variable_bytes(optimizer_variables or []), "sizing optimizer state"
         ),
     }
 
