@@ -424,11 +424,13 @@ _ATOM_TYPES: tuple[type, ...] = (
     staticmethod, classmethod,
 )
 
-#: How many objects one search may visit, and items it reads of one container: with these the search
-#: stays well under 0.5 s in a session of 1.8 M objects (``benchmarks/bench_tf_mem.py`` prints it); a
-#: search that stops early says so in its report.
-SEARCH_BUDGET_OBJECTS = 200_000
-_CONTAINER_ITEMS = 50_000
+#: How many references (items, attributes, closure cells) one search may look at: with it the search
+#: stays near 0.5 s in a session of 1.8 M objects on a 2-core machine (``benchmarks/bench_tf_mem.py``
+#: prints it); a search that stops early says so in its report.
+SEARCH_BUDGET_OBJECTS = 120_000
+#: A big container is read this many items at a time, the rest queued behind what was found so far:
+#: a list of 300 000 records must not use up the budget before ``exp.model`` is looked at.
+_CHUNK = 1_000
 #: Holders listed per object, and direct holders followed back to the roots.
 _MAX_HOLDERS = 30
 
@@ -485,35 +487,62 @@ def _category(cls: type, models: tuple[type, ...], callbacks: tuple[type, ...]) 
     return _WALK
 
 
+_attribute_labels: dict[type, dict[str, str]] = {}
+
+
 def _attribute_label(cls: type, name: str) -> str:
     """``._model`` reads ``.model`` where the class has that property for it (a Keras callback)."""
-    public = name.lstrip("_")
-    if public != name and public and isinstance(getattr(cls, public, None), property):
-        return f".{public}"
-    return f".{name}"
+    labels = _attribute_labels.get(cls)
+    if labels is None:
+        labels = {}
+        if len(_attribute_labels) < 10_000:  # the classes of a long session: bounded
+            _attribute_labels[cls] = labels
+    label = labels.get(name)
+    if label is None:
+        public = name.lstrip("_")
+        if public != name and public and isinstance(getattr(cls, public, None), property):
+            label = f".{public}"
+        else:
+            label = f".{name}"
+        labels[name] = label
+    return label
 
 
-def _attributes(obj: Any) -> Iterator[tuple[str, Any]]:
+_slot_names: dict[type, tuple[str, ...]] = {}
+
+
+def _slots_of(cls: type) -> tuple[str, ...]:
+    names = _slot_names.get(cls)
+    if names is None:
+        found: list[str] = []
+        for klass in cls.__mro__:
+            slots = klass.__dict__.get("__slots__", ())
+            found.extend(n for n in ((slots,) if isinstance(slots, str) else slots)
+                         if n not in ("__dict__", "__weakref__"))
+        names = tuple(found)
+        if len(_slot_names) < 10_000:
+            _slot_names[cls] = names
+    return names
+
+
+def _attributes(obj: Any) -> list[tuple[str, Any]]:
     """An object's own attributes: its ``__dict__`` and ``__slots__``, never properties (they run code)."""
     cls = type(obj)
     try:
         namespace = object.__getattribute__(obj, "__dict__")
     except Exception:  # noqa: BLE001 - no __dict__, or one that raises
         namespace = None
+    found = []
     if isinstance(namespace, dict):
-        for name, value in list(namespace.items())[:_CONTAINER_ITEMS]:
-            yield _attribute_label(cls, str(name)), value
-    for klass in cls.__mro__:
-        slots = klass.__dict__.get("__slots__", ())
-        for name in (slots,) if isinstance(slots, str) else slots:
-            if name in ("__dict__", "__weakref__"):
-                continue
-            try:
-                value = object.__getattribute__(obj, name)
-            except AttributeError:  # an unset slot
-                value = None
-            if value is not None:
-                yield _attribute_label(cls, name), value
+        labels = _attribute_labels.get(cls) or {}
+        found = [(labels.get(name) or _attribute_label(cls, str(name)), value) for name, value in namespace.items()]
+    for name in _slots_of(cls):
+        try:
+            value = object.__getattribute__(obj, name)
+        except AttributeError:  # an unset slot
+            continue
+        found.append((_attribute_label(cls, name), value))
+    return found
 
 
 def _function_edges(function: types.FunctionType) -> Iterator[tuple[str, Any]]:
@@ -531,14 +560,28 @@ def _function_edges(function: types.FunctionType) -> Iterator[tuple[str, Any]]:
         yield f".__kwdefaults__[{name!r}]", value
 
 
-def _edges(obj: Any, category: int) -> list[tuple[str, Any]]:
-    """What ``obj`` holds, each with the piece of path a user would write to reach it."""
+_KEY, _INDEX = "key", "index"
+_SET_MEMBER = " (a member of the set)"
+_CONTAINER_CATEGORIES = frozenset({_MAPPING, _SEQUENCE, _SET})
+
+
+def _piece(piece: Any) -> str:
+    """A path piece as the user writes it: ``['name']``, ``[3]``, ``.model``."""
+    if isinstance(piece, tuple):
+        kind, key = piece
+        return f"[{key}]" if kind == _INDEX else f"[{_safe_repr(key)}]"
+    return piece
+
+
+def _edges(obj: Any, category: int) -> list[Any]:
+    """What ``obj`` holds, each with the piece of path a user would write to reach it: (piece, value)
+    pairs, but a dict's (key, value) items and a list's or set's bare items (see ``_piece_of``)."""
+    # Containers' pieces are (kind, key) and written out only for a path that is reported: formatting
+    # every key of a 200 000-entry dict would be most of the search's cost.
     if category == _MAPPING:
-        return [(f"[{_safe_repr(key)}]", value) for key, value in list(obj.items())[:_CONTAINER_ITEMS]]
-    if category == _SEQUENCE:
-        return [(f"[{index}]", value) for index, value in enumerate(list(obj)[:_CONTAINER_ITEMS])]
-    if category == _SET:
-        return [(" (a member of the set)", value) for value in list(obj)[:_CONTAINER_ITEMS]]
+        return list(obj.items())
+    if category in (_SEQUENCE, _SET):
+        return list(obj)
     if category == _PARTIAL:
         found = [(".func", obj.func)]
         found += [(f".args[{index}]", value) for index, value in enumerate(obj.args)]
@@ -680,6 +723,7 @@ class HolderSearch:
                  budget: int = SEARCH_BUDGET_OBJECTS, roots: list[tuple[str, str, Any]] | None = None) -> None:
         started = time.perf_counter()
         self.budget = budget
+        #: References looked at (the budget counts these), not objects.
         self.visited = 0
         self.truncated = False
         self.root_values: dict[str, Any] = {}
@@ -695,53 +739,96 @@ class HolderSearch:
 
     def _walk(self, roots: Iterator[tuple[str, str, Any]]) -> None:
         models, callbacks = keras_probe.model_classes(), keras_probe.callback_classes()
-        categories: dict[type, int] = {}
-        seen: dict[int, Any] = {}  # id -> object: keeps each alive (so ids stay unique) until the walk ends
+        categories: dict[type, int] = {cls: _ATOM for cls in (int, float, str, bool, bytes, type(None))}
+        parents = self._parents
+        heavy = self._heavy
+        # id -> object for everything walked: keeps each alive, so that no id is reused during the walk.
+        seen: dict[int, Any] = {}
         queue: deque[Any] = deque()
 
-        def visit(parent: int | None, piece: str, kind: str, order: int, value: Any) -> None:
+        def category_of(value: Any) -> int:
             cls = type(value)
             category = categories.get(cls)
             if category is None:
                 category = categories[cls] = _category(cls, models, callbacks)
-            if category == _ATOM or (category == _OPAQUE and parent is not None):
-                return
-            key = id(value)
-            if category in _HEAVY_CATEGORIES and key not in self._heavy:
-                size = None
-                if category in (_ARRAY, _TABLE):
-                    size = _heavy_size(value, category)
-                    if size is None:
-                        return
-                self._heavy[key] = (value, size, category)
-            self._parents.setdefault(key, []).append((parent, piece, kind, order))
-            if key in seen:
-                return
-            seen[key] = value
-            if category not in _HEAVY_CATEGORIES and category != _OPAQUE:
-                queue.append(value)
+            return category
+
+        def heavy_enough(key: int, value: Any, category: int) -> bool:
+            if key in heavy:
+                return True
+            size = None
+            if category in (_ARRAY, _TABLE):
+                size = _heavy_size(value, category)
+                if size is None:
+                    return False
+            heavy[key] = (value, size, category)
+            return True
 
         for order, (where, kind, value) in enumerate(roots):
             self.root_values[where] = value
             try:
-                visit(None, where, kind, order, value)
+                category = category_of(value)
+                key = id(value)
+                if category == _ATOM or (category in _HEAVY_CATEGORIES and not heavy_enough(key, value, category)):
+                    continue
             except Exception:  # noqa: BLE001, S112 - an odd object must not break the report
                 continue
+            parents.setdefault(key, []).append((None, where, kind, order))
+            if key not in seen:
+                seen[key] = value
+                if category not in _HEAVY_CATEGORIES and category != _OPAQUE:
+                    queue.append((value, None, 0))
         while queue:
             if self.visited >= self.budget:
                 self.truncated = True
                 break
-            obj = queue.popleft()
-            self.visited += 1
-            try:
-                edges = _edges(obj, categories[type(obj)])
-            except Exception:  # noqa: BLE001, S112 - a container or object that raises is skipped
-                continue
-            for piece, child in edges:
+            obj, edges, start = queue.popleft()
+            parent = id(obj)
+            kind = categories[type(obj)]
+            if edges is None:
                 try:
-                    visit(id(obj), piece, "", 0, child)
+                    edges = _edges(obj, kind)
+                except Exception:  # noqa: BLE001, S112 - a container or object that raises is skipped
+                    continue
+            if len(edges) - start > _CHUNK:
+                queue.append((obj, edges, start + _CHUNK))
+            chunk = edges[start:start + _CHUNK] if start or len(edges) > _CHUNK else edges
+            self.visited += len(chunk) or 1
+            # A dict's items are (key, value), a list's and a set's bare values, everything else
+            # (piece, value): the piece of a container's item is made only for an item worth an edge.
+            pairs = kind not in _CONTAINER_CATEGORIES or kind == _MAPPING
+            for offset, item in enumerate(chunk):
+                child = item[1] if pairs else item
+                category = categories.get(type(child))
+                if category == _ATOM:  # the common case first: ints, strings
+                    continue
+                try:
+                    if category is None:
+                        category = category_of(child)
+                    if category == _ATOM or category == _OPAQUE:
+                        continue
+                    key = id(child)
+                    if category in _HEAVY_CATEGORIES and not heavy_enough(key, child, category):
+                        continue
                 except Exception:  # noqa: BLE001, S112 - a child whose __class__ or size raises
                     continue
+                if kind == _MAPPING:
+                    piece = (_KEY, item[0])
+                elif kind == _SEQUENCE:
+                    piece = (_INDEX, start + offset)
+                elif kind == _SET:
+                    piece = _SET_MEMBER
+                else:
+                    piece = item[0]
+                edge = (parent, piece, "", 0)
+                known = parents.get(key)
+                if known is not None:
+                    known.append(edge)
+                    continue
+                parents[key] = [edge]
+                seen[key] = child
+                if category not in _HEAVY_CATEGORIES:
+                    queue.append((child, None, 0))
         seen.clear()
 
     def _paths(self, target: int) -> list[Holder]:
@@ -752,7 +839,7 @@ class HolderSearch:
             expanded = {target}
             while queue and len(found) < _MAX_HOLDERS:
                 (parent, piece, kind, order), suffix = queue.popleft()
-                path = piece + suffix
+                path = _piece(piece) + suffix
                 if parent is None:
                     found.setdefault(path, (order, kind, piece))
                     continue

@@ -119,7 +119,33 @@ def _new_model_facts(model: Any, held_by: list[str]) -> dict[str, Any]:
     facts["held_by"] = held_by[:3]
     facts["optimizer_state"] = guarded(lambda: keras_probe.optimizer_state_origin(model),
                                        "reading the optimizer's state")
+    if facts["optimizer_state"] == "restored":
+        # What came with it, read from the optimizer's own variables: not every load path that
+        # leaves a built optimizer restored its state (a Keras 3 .h5 restores only the scalars).
+        facts["optimizer_read"] = guarded(lambda: keras_probe.optimizer_state_read(model),
+                                          "reading the optimizer's variables")
     return facts
+
+
+def _optimizer_note(model: dict[str, Any], weights: Any) -> str:
+    """What the optimizer of a model loaded in this cell holds, as read from its variables."""
+    read = model.get("optimizer_read")
+    name = model["name"]
+    if not isinstance(read, dict):
+        return (f"'{name}' has a built optimizer of {format_bytes(model.get('optimizer_bytes'))} that this process "
+                "never trained; whether its state was restored could not be read "
+                f"({read.detail if isinstance(read, Unavailable) else 'no optimizer variables'}).")
+    ratio = (f" ({read['filled_slot_bytes'] / weights:.1f}x the weights)"
+             if isinstance(weights, int) and weights and read["filled_slot_bytes"] else "")
+    if read["filled_slots"]:
+        return (f"'{name}' came with its optimizer state: {read['filled_slots']} of {read['slots']} slot variables "
+                f"hold values, {format_bytes(read['filled_slot_bytes'])}{ratio}, step {read['iterations']}; "
+                "load_model(..., compile=True) restores it for further training. For inference, "
+                "load_model(path, compile=False) leaves it out.")
+    return (f"'{name}' has an optimizer with {format_bytes(read['slot_bytes'])} of slot variables, all zeros: "
+            f"no optimizer state was restored (only its scalars, {format_bytes(read['scalar_bytes'])}, step "
+            f"{read['iterations']}); training goes on from a fresh optimizer. For inference, "
+            "load_model(path, compile=False) leaves the empty slots out.")
 
 
 def _new_models_section(models: list[dict[str, Any]]) -> Section:
@@ -131,12 +157,7 @@ def _new_models_section(models: list[dict[str, Any]]) -> Section:
         section.add(f"{model['class']} '{model['name']}'", format_bytes(total),
                     f"weights {format_bytes(weights)}, optimizer state {format_bytes(optimizer)}; held by {held}")
         if model.get("optimizer_state") == "restored" and isinstance(optimizer, int) and optimizer > 0:
-            ratio = f" ({optimizer / weights:.1f}x the weights)" if isinstance(weights, int) and weights else ""
-            section.notes.append(
-                f"'{model['name']}' came with its optimizer state, {format_bytes(optimizer)}{ratio}: "
-                "load_model(..., compile=True) restores it for further training. For inference, "
-                "load_model(path, compile=False) leaves it out."
-            )
+            section.notes.append(_optimizer_note(model, weights))
     return section
 
 

@@ -15,7 +15,7 @@ from .availability import Unavailable, guarded
 
 __all__ = ['backend', 'callback_classes', 'history_classes', 'iter_models', 'keras3', 'model_classes',
            'model_footprint', 'name_counters',
-           'optimizer_state_origin', 'snapshot', 'status', 'tf_keras', 'variable_bytes', 'version']
+           'optimizer_state_origin', 'optimizer_state_read', 'snapshot', 'status', 'tf_keras', 'variable_bytes', 'version']
 
 
 def keras3():
@@ -239,6 +239,43 @@ def optimizer_state_origin(model) -> str:
     if getattr(model, "train_function", None) is None:
         return "restored"
     return "trained"
+
+
+def optimizer_state_read(model) -> dict[str, Any] | None:
+    """What a model's optimizer state holds, read from its variables: how many of its slot variables
+    (Adam's moments, momentum) hold values and their bytes, beside the scalars (step counter,
+    learning rate). None without a built optimizer.
+
+    A freshly built optimizer's slots are all zeros; restored slots are not. So this tells "the
+    file's optimizer state came with the model" from "an empty optimizer of the same size was
+    built": a Keras 3 ``.h5`` load restores only the scalars (12 B), ``model_from_json`` +
+    ``load_weights`` + ``compile`` restores nothing. Reads every slot once (about a copy of them).
+
+    Example:
+        >>> optimizer_state_read(keras.models.load_model("trained.keras"))     # doctest: +SKIP
+        {'slots': 4, 'slot_bytes': 2048, 'filled_slots': 4, 'filled_slot_bytes': 2048, 'scalar_bytes': 12, ...}
+        >>> optimizer_state_read(object()) is None
+        True
+    """
+    import numpy as np
+
+    optimizer = getattr(model, "optimizer", None)
+    if optimizer is None or not getattr(optimizer, "built", False):
+        return None
+    variables = optimizer.variables() if callable(optimizer.variables) else optimizer.variables
+    scalars = {id(v) for v in (getattr(optimizer, "_iterations", None), getattr(optimizer, "_learning_rate", None))
+               if v is not None}
+    slots = [v for v in variables if id(v) not in scalars]
+    filled = [v for v in slots if np.any(np.asarray(v.numpy() if hasattr(v, "numpy") else v))]
+    iterations = getattr(optimizer, "_iterations", None)
+    return {
+        "slots": len(slots),
+        "slot_bytes": variable_bytes(slots),
+        "filled_slots": len(filled),
+        "filled_slot_bytes": variable_bytes(filled),
+        "scalar_bytes": variable_bytes([v for v in variables if id(v) in scalars]),
+        "iterations": int(np.asarray(iterations.numpy())) if iterations is not None else None,
+    }
 
 
 def iter_models(objects) -> Iterator[Any]:
