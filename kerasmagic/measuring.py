@@ -8,7 +8,7 @@ import weakref
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from .holders import iter_namespace_references, iter_references, quiet_scan, running_shell
+from .holders import iter_namespace_references, iter_references, note_origin, quiet_scan, running_shell
 from .probes import jax_devices as jax_probe
 from .probes import keras as keras_probe
 from .probes import nvml as nvml_probe
@@ -135,17 +135,21 @@ def _optimizer_note(model: dict[str, Any], weights: Any) -> str:
         return (f"'{name}' has a built optimizer of {format_bytes(model.get('optimizer_bytes'))} that this process "
                 "never trained; whether its state was restored could not be read "
                 f"({read.detail if isinstance(read, Unavailable) else 'no optimizer variables'}).")
-    ratio = (f" ({read['filled_slot_bytes'] / weights:.1f}x the weights)"
-             if isinstance(weights, int) and weights and read["filled_slot_bytes"] else "")
-    if read["filled_slots"]:
-        return (f"'{name}' came with its optimizer state: {read['filled_slots']} of {read['slots']} slot variables "
-                f"hold values, {format_bytes(read['filled_slot_bytes'])}{ratio}, step {read['iterations']}; "
+    ratio = (f" ({read['restored_slot_bytes'] / weights:.1f}x the weights)"
+             if isinstance(weights, int) and weights and read["restored_slot_bytes"] else "")
+    optimizer, step = read["optimizer"], read["iterations"]
+    if read["restored_slots"]:
+        return (f"'{name}' came with its optimizer state: {read['restored_slots']} slot variables of its "
+                f"{optimizer} ({read['filled_slots']} holding non-zero values), "
+                f"{format_bytes(read['restored_slot_bytes'])}{ratio}, at step {step}; "
                 "load_model(..., compile=True) restores it for further training. For inference, "
                 "load_model(path, compile=False) leaves it out.")
-    return (f"'{name}' has an optimizer with {format_bytes(read['slot_bytes'])} of slot variables, all zeros: "
-            f"no optimizer state was restored (only its scalars, {format_bytes(read['scalar_bytes'])}, step "
-            f"{read['iterations']}); training goes on from a fresh optimizer. For inference, "
-            "load_model(path, compile=False) leaves the empty slots out.")
+    if not read["slots"]:
+        return (f"'{name}' has a built {optimizer} without slot variables: only its step counter and learning rate "
+                f"({format_bytes(read['scalar_bytes'])}, step {step}) came with it, not a saved optimizer state; "
+                "training goes on with fresh slots.")
+    return (f"'{name}' has a {optimizer} with {read['slots']} slot variables ({format_bytes(read['slot_bytes'])}), "
+            f"all zeros, step {step}: no saved optimizer state is in it; training starts from a fresh optimizer.")
 
 
 def _new_models_section(models: list[dict[str, Any]]) -> Section:
@@ -358,10 +362,12 @@ class measure:  # noqa: N801 - lower case on purpose: used like a function, `wit
                 "not_supported", f"no new high: at most the process's earlier peak, {format_bytes(before)}")
         result.counters_after = _counters()
         reachable = _guarded_models_in_reach(self._shell, self._namespace)
-        result.new_models = [
-            _new_model_facts(model, held_by) for key, (model, held_by) in reachable.items()
-            if key not in self._models_before or self._models_before[key]() is not model
-        ]
+        new = [model for key, (model, _) in reachable.items()
+               if key not in self._models_before or self._models_before[key]() is not model]
+        for model in new:  # so that --who can tell two models named alike apart
+            note_origin(model, result.label)
+        result.new_models = [_new_model_facts(model, reachable[id(model)][1]) for model in new]
+        del new
         self._models_before = {}
         if exc_type is not None:
             result.error = exc_type.__name__

@@ -14,8 +14,8 @@ from typing import Any
 from .availability import Unavailable, guarded
 
 __all__ = ['backend', 'callback_classes', 'history_classes', 'iter_models', 'keras3', 'model_classes',
-           'model_footprint', 'name_counters',
-           'optimizer_state_origin', 'optimizer_state_read', 'snapshot', 'status', 'tf_keras', 'variable_bytes', 'version']
+           'model_footprint', 'name_counters', 'optimizer_state_origin', 'optimizer_state_read', 'snapshot',
+           'status', 'tf_keras', 'variable_bytes', 'version']
 
 
 def keras3():
@@ -242,9 +242,9 @@ def optimizer_state_origin(model) -> str:
 
 
 def optimizer_state_read(model) -> dict[str, Any] | None:
-    """What a model's optimizer state holds, read from its variables: how many of its slot variables
-    (Adam's moments, momentum) hold values and their bytes, beside the scalars (step counter,
-    learning rate). None without a built optimizer.
+    """What a model's optimizer state holds, read from its variables: its slot variables (Adam's
+    moments, momentum), how many hold values, whether they came back from a file (``restored_slots``),
+    beside the scalars (step counter, learning rate). None without a built optimizer.
 
     A freshly built optimizer's slots are all zeros; restored slots are not. So this tells "the
     file's optimizer state came with the model" from "an empty optimizer of the same size was
@@ -253,7 +253,7 @@ def optimizer_state_read(model) -> dict[str, Any] | None:
 
     Example:
         >>> optimizer_state_read(keras.models.load_model("trained.keras"))     # doctest: +SKIP
-        {'slots': 4, 'slot_bytes': 2048, 'filled_slots': 4, 'filled_slot_bytes': 2048, 'scalar_bytes': 12, ...}
+        {'optimizer': 'Adam', 'slots': 4, 'slot_bytes': 2048, 'filled_slots': 4, ..., 'restored_slots': 4, ...}
         >>> optimizer_state_read(object()) is None
         True
     """
@@ -268,13 +268,21 @@ def optimizer_state_read(model) -> dict[str, Any] | None:
     slots = [v for v in variables if id(v) not in scalars]
     filled = [v for v in slots if np.any(np.asarray(v.numpy() if hasattr(v, "numpy") else v))]
     iterations = getattr(optimizer, "_iterations", None)
+    step = int(np.asarray(iterations.numpy())) if iterations is not None else None
+    # Keras loads an optimizer's variables all together or not at all (it skips them, warning, when
+    # the counts differ): a step counter past 0 or any slot holding a value means the saved state came
+    # back, zeros included (a model trained on all-zero gradients has zero moments).
+    restored = bool(filled) or bool(step)
     return {
+        "optimizer": type(optimizer).__name__,
         "slots": len(slots),
         "slot_bytes": variable_bytes(slots),
         "filled_slots": len(filled),
         "filled_slot_bytes": variable_bytes(filled),
         "scalar_bytes": variable_bytes([v for v in variables if id(v) in scalars]),
-        "iterations": int(np.asarray(iterations.numpy())) if iterations is not None else None,
+        "iterations": step,
+        "restored_slots": len(slots) if restored else 0,
+        "restored_slot_bytes": variable_bytes(slots) if restored else 0,
     }
 
 
