@@ -137,6 +137,8 @@ class CleanReport(Record, Report):
             first += f", GPU {format_bytes(-self.gpu_freed_bytes, signed=True)}"
         if self.models_tracked:
             first += f"; {self.models_freed} of {self.models_tracked} models freed"
+            if self.models_unreachable:
+                first += f" ({self.models_unreachable} held by nothing of the notebook)"
         lines = [first + "."]
         if self.registry is not None and self.registry.purged:
             lines.append(f"{self.registry.purged} dead CustomGradient entries purged.")
