@@ -9,6 +9,7 @@ graph, TF's gradient registry), then one garbage collection that frees it all, t
 from __future__ import annotations
 
 import ctypes
+import functools
 import gc
 import sys
 import threading
@@ -683,8 +684,8 @@ def clear_tf(
     report.rss_after_bytes = process_probe.rss_bytes()
     report.tf_after_bytes = _tf_in_use_total()
     report.gpu_after_bytes = _gpu_process_total() if report.gpu_before_bytes is not None else None
-    report.still_held = guarded(lambda alive=survivors: _still_held(shell, report, alive),
-                                "listing what is still held") or []
+    held = guarded(functools.partial(_still_held, shell, report, survivors), "listing what is still held")
+    report.still_held = held if isinstance(held, list) else []
     del survivors
     report.seconds = time.perf_counter() - started
     events.publish("clear_tf", report.to_dict())

@@ -166,9 +166,9 @@ def describe(obj: Any) -> dict[str, Any]:
         shape = "x".join(str(n) for n in getattr(obj, "shape", ()))
         return {"kind": "table", "label": f"{cls.__name__}[{shape}]", "bytes": _heavy_size(obj, _TABLE)}
     size = tensor_nbytes(obj)
-    shape = tuple(getattr(obj, "shape", ()) or ())
+    dims = tuple(getattr(obj, "shape", ()) or ())
     device = tensor_device(obj)
-    label = f"{cls.__name__}{list(shape)}" + (f" on {device}" if device else "")
+    label = f"{cls.__name__}{list(dims)}" + (f" on {device}" if device else "")
     return {"kind": "tensor", "label": label, "bytes": size, "device": device}
 
 
@@ -728,7 +728,7 @@ class HolderSearch:
         self.truncated = False
         self.root_values: dict[str, Any] = {}
         # child id -> [(parent id or None for a root, path piece, root kind, root order)]
-        self._parents: dict[int, list[tuple[int | None, str, str, int]]] = {}
+        self._parents: dict[int, list[tuple[int | None, Any, str, int]]] = {}
         self._heavy: dict[int, tuple[Any, int | None, int]] = {}
         with quiet_scan():
             self._walk(iter(roots) if roots is not None else iter_roots(shell, namespace))
@@ -784,10 +784,10 @@ class HolderSearch:
                 break
             obj, edges, start = queue.popleft()
             parent = id(obj)
-            kind = categories[type(obj)]
+            holds = categories[type(obj)]
             if edges is None:
                 try:
-                    edges = _edges(obj, kind)
+                    edges = _edges(obj, holds)
                 except Exception:  # noqa: BLE001, S112 - a container or object that raises is skipped
                     continue
             if len(edges) - start > _CHUNK:
@@ -796,15 +796,14 @@ class HolderSearch:
             self.visited += len(chunk) or 1
             # A dict's items are (key, value), a list's and a set's bare values, everything else
             # (piece, value): the piece of a container's item is made only for an item worth an edge.
-            pairs = kind not in _CONTAINER_CATEGORIES or kind == _MAPPING
+            pairs = holds not in _CONTAINER_CATEGORIES or holds == _MAPPING
             for offset, item in enumerate(chunk):
                 child = item[1] if pairs else item
-                category = categories.get(type(child))
-                if category == _ATOM:  # the common case first: ints, strings
+                known_category = categories.get(type(child))
+                if known_category == _ATOM:  # the common case first: ints, strings
                     continue
                 try:
-                    if category is None:
-                        category = category_of(child)
+                    category = known_category if known_category is not None else category_of(child)
                     if category == _ATOM or category == _OPAQUE:
                         continue
                     key = id(child)
@@ -812,11 +811,12 @@ class HolderSearch:
                         continue
                 except Exception:  # noqa: BLE001, S112 - a child whose __class__ or size raises
                     continue
-                if kind == _MAPPING:
+                piece: Any
+                if holds == _MAPPING:
                     piece = (_KEY, item[0])
-                elif kind == _SEQUENCE:
+                elif holds == _SEQUENCE:
                     piece = (_INDEX, start + offset)
-                elif kind == _SET:
+                elif holds == _SET:
                     piece = _SET_MEMBER
                 else:
                     piece = item[0]
@@ -884,6 +884,10 @@ class HolderSearch:
         return []
 
 
+def _weights_of(model: Any) -> list[Any]:
+    return list(model.weights)
+
+
 def _label_apart(objects: list[HeavyObject]) -> None:
     """Models that share a label get the cell that created them (where known) or their address;
     weights shared with a larger model listed above are said once (``shared_bytes``)."""
@@ -901,7 +905,7 @@ def _label_apart(objects: list[HeavyObject]) -> None:
             item.info["label"] += f" at 0x{id(item.obj):x}"
     counted: dict[int, str] = {}
     for item in models:
-        weights = guarded(lambda obj=item.obj: list(obj.weights), "listing weights")
+        weights = guarded(functools.partial(_weights_of, item.obj), "listing weights")
         if not isinstance(weights, list):
             continue
         shared, owners = 0, []
@@ -910,7 +914,8 @@ def _label_apart(objects: list[HeavyObject]) -> None:
             if owner is None:
                 counted[id(variable)] = item.info["name"]
                 continue
-            shared += guarded(lambda v=variable: keras_probe.variable_bytes([v]), "sizing a weight") or 0
+            size = guarded(functools.partial(keras_probe.variable_bytes, [variable]), "sizing a weight")
+            shared += size if isinstance(size, int) else 0
             if owner not in owners:
                 owners.append(owner)
         if owners:
