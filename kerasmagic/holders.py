@@ -29,10 +29,10 @@ from .probes.availability import Unavailable, guarded
 from .tables import Report, Section, format_bytes
 
 __all__ = ['LAST_EXCEPTION_HOLDERS', 'OUTPUT_CACHE_ALIASES', 'HeavyObject', 'Holder', 'HolderReport', 'HolderSearch',
-           'collect_heavy', 'describe', 'exception_holders', 'find_holders', 'is_heavy', 'is_output_cache_name',
-           'iter_namespace_references', 'iter_references', 'iter_roots', 'last_exception_refs', 'live_models',
-           'note_origin', 'origin_of', 'pins_heavy', 'quiet_scan', 'running_shell',
-           'tensor_device', 'tensor_nbytes', 'user_variable_names']
+           'collect_heavy', 'describe', 'exception_holders', 'find_holders', 'graph_ops', 'is_heavy',
+           'is_output_cache_name', 'iter_namespace_references', 'iter_references', 'iter_roots',
+           'last_exception_refs', 'live_models', 'namespace_roots', 'note_origin', 'origin_of', 'pins_heavy',
+           'quiet_scan', 'running_shell', 'tensor_device', 'tensor_nbytes', 'user_variable_names']
 
 #: Arrays and tensors smaller than this are not worth listing.
 LARGE_OBJECT_BYTES = 1 << 20
@@ -158,10 +158,10 @@ def describe(obj: Any) -> dict[str, Any]:
     if module == "tensorflow.python.client.session":
         graph = getattr(obj, "graph", None)
         closed = " (closed)" if getattr(obj, "_closed", False) else ""
-        return {"kind": "session", "label": f"{cls.__name__}{closed}, its graph {_graph_ops(graph)} ops",
-                "bytes": None, "graph_ops": _graph_ops(graph)}
+        return {"kind": "session", "label": f"{cls.__name__}{closed}, its graph {graph_ops(graph)} ops",
+                "bytes": None, "graph_ops": graph_ops(graph)}
     if module == "tensorflow.python.framework.ops" and cls.__name__ == "Graph":
-        return {"kind": "graph", "label": f"Graph, {_graph_ops(obj)} ops", "bytes": None, "graph_ops": _graph_ops(obj)}
+        return {"kind": "graph", "label": f"Graph, {graph_ops(obj)} ops", "bytes": None, "graph_ops": graph_ops(obj)}
     if _package(module) == "pandas":
         shape = "x".join(str(n) for n in getattr(obj, "shape", ()))
         return {"kind": "table", "label": f"{cls.__name__}[{shape}]", "bytes": _heavy_size(obj, _TABLE)}
@@ -172,10 +172,16 @@ def describe(obj: Any) -> dict[str, Any]:
     return {"kind": "tensor", "label": label, "bytes": size, "device": device}
 
 
-def _graph_ops(graph: Any) -> int | str:
-    """Ops in a TF1 graph (``graph.version`` is the count of ops ever added: free to read)."""
+def graph_ops(graph: Any) -> int | str:
+    """Ops in a TF1 graph, read from its node map (O(1)) as ``probes.tensorflow`` counts the default one.
+
+    Example:
+        >>> graph_ops(None)
+        '?'
+    """
     try:
-        return int(graph.version)
+        nodes = getattr(graph, "_nodes_by_id", None)
+        return len(nodes) if nodes is not None else len(graph.get_operations())
     except Exception:  # noqa: BLE001 - not a graph, or one being torn down
         return "?"
 
@@ -290,12 +296,18 @@ def iter_namespace_references(namespace: dict[str, Any]) -> Iterator[Holder]:
         >>> [h.where for h in iter_namespace_references({"pair": [1, np.ones(2**18)], "__name__": "x"})]
         ['pair[1]']
     """
-    for item in HolderSearch(namespace=namespace, roots=list(_namespace_roots(namespace))).heavy:
+    for item in HolderSearch(namespace=namespace, roots=list(namespace_roots(namespace))).heavy:
         for holder in item.holders:
             yield Holder(holder.where, holder.kind, item.obj, holder.root)
 
 
-def _namespace_roots(namespace: dict[str, Any]) -> Iterator[tuple[str, str, Any]]:
+def namespace_roots(namespace: dict[str, Any]) -> Iterator[tuple[str, str, Any]]:
+    """A script's variables as the search's roots, ``(name, "variable", value)``; dunders left out.
+
+    Example:
+        >>> list(namespace_roots({"x": 1, "__name__": "m"}))
+        [('x', 'variable', 1)]
+    """
     for name, value in list(namespace.items()):
         if not (name.startswith("__") and name.endswith("__")):
             yield name, "variable", value
@@ -692,7 +704,7 @@ def iter_roots(shell=None, namespace: dict[str, Any] | None = None) -> Iterator[
     if namespace is None and shell is None:
         namespace = main_globals
     if namespace is not None and (shell is None or namespace is not shell.user_ns):
-        yield from _namespace_roots(namespace)
+        yield from namespace_roots(namespace)
     if shell is not None and isinstance(main_globals, dict) and main_globals is not shell.user_ns \
             and main_globals is not namespace:
         # A kernel's __main__ is normally the notebook's namespace; where it is another module (an

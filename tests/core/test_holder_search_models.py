@@ -142,3 +142,33 @@ def test_the_fresh_model_hint_names_every_holder_and_following_it_frees_the_mode
     run(shell, "%%fresh_model -q model history\nalive_when_the_cell_ran = old() is not None\n"
                "model = make_model()\nhistory = model.fit(x, y, epochs=1, verbose=0)")
     assert shell.user_ns["alive_when_the_cell_ran"] is False
+
+
+def test_ops_added_to_a_graph_the_notebook_holds_are_counted_per_cell_after_a_clean(keras_shell):
+    """Seed 004: a user object keeps its Session's graph; after a clean reset the default graph,
+    a cell that adds ops to the held graph must not read "0 new ops"."""
+    shell = keras_shell
+    run(shell, "import tensorflow as tf\n"
+               "class Runner:\n"
+               "    def __init__(self):\n"
+               "        self.graph = tf.Graph()\n"
+               "        with self.graph.as_default():\n"
+               "            self.x = tf.compat.v1.placeholder(tf.float32, (None, 4))\n"
+               "        self.session = tf.compat.v1.Session(graph=self.graph)\n"
+               "    def grow(self, n):\n"
+               "        with self.graph.as_default():\n"
+               "            for i in range(n):\n"
+               "                self.x = self.x * float(i) + 1.0\n"
+               "runner = Runner()")
+    try:
+        run(shell, "%clear_tf -q")
+        run(shell, "before = len(runner.graph.get_operations())")
+        measured = run(shell, "%%tf_mem -q -o\nrunner.grow(50)")
+        added = len(shell.user_ns["runner"].graph.get_operations()) - shell.user_ns["before"]
+        assert added >= 100, "precondition: each step adds ops"
+        (after, before) = (measured.counters_after["held_graph_ops"], measured.counters_before["held_graph_ops"])
+        assert after["runner.graph"] - before["runner.graph"] == added
+        assert "runner.session.graph" not in after, "the Session's graph is the same graph: counted once"
+        assert re.search(rf"graph ops, runner\.graph\s+\S+\s+{added} new", str(measured)), str(measured)
+    finally:
+        run(shell, "runner.session.close()")
