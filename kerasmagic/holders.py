@@ -1,8 +1,9 @@
-"""Who keeps Keras models and large arrays alive in a notebook session.
+"""Who keeps Keras models, large arrays, DataFrames and TF1 graphs alive in a notebook session.
 
+One search (:class:`HolderSearch`) from the notebook's roots serves ``%tf_mem --who`` and ``%clear_tf``.
 The places a notebook hides references, each reproduced in a real shell by ``tests/core/``: the user's
-variables (and containers one level down), IPython's output cache (``Out[n]``, ``_n``,
-``_``/``__``/``___`` and the copies in ``user_ns_hidden`` and on the display hook),
+variables (and what they hold: items, attributes, partials, closures, bound methods), IPython's
+output cache (``Out[n]``, ``_n``, ``_``/``__``/``___`` and the copies in ``user_ns_hidden`` and on the display hook),
 ``History.model``, and the last exception's traceback frames (``LAST_EXCEPTION_HOLDERS``:
 ``sys.last_*``, IPython's ``InteractiveTB.tb`` and ``SyntaxTB``, ``last_execution_result.error_in_exec``).
 Which names are IPython's rather than the user's is decided by :mod:`kerasmagic.ipython_names`.
@@ -379,7 +380,8 @@ class HolderReport(Report):
         if self.unreachable_models is not None:
             hidden = Section("Models alive but not reachable from the notebook")
             for item in self.unreachable_models:
-                hidden.add(item.info["label"], format_bytes(item.info["bytes"]), "held by a closure, graph or cycle")
+                hidden.add(item.info["label"], format_bytes(item.info["bytes"]),
+                           "held outside the notebook: a cycle, a graph, a registry")
             if self.unreachable_models:
                 hidden.notes.append("`%clear_tf` collects cycles and purges TF's gradient registry")
             sections.append(hidden)
