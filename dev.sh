@@ -13,7 +13,8 @@ VENV=.venv
 # cell, the memory guard), and the stack's own end-to-end tests. About 2.5 minutes on 2 cores.
 COLAB_STACK_TESTS=(
   tests/stacks tests/core/test_compat.py tests/core/test_magics.py tests/core/test_magic_options.py
-  tests/core/test_hidden_holders.py tests/live/test_kernel_channel.py tests/live/test_live_widget.py
+  tests/core/test_hidden_holders.py tests/core/test_holder_search.py tests/core/test_holder_search_models.py
+  tests/live/test_kernel_channel.py tests/live/test_live_widget.py
   tests/live/test_kernel_timeline.py tests/live/test_kernel_record.py tests/isolation/test_cell.py
   tests/core/test_memory_limit_magic.py tests/live/test_kernel_memory_guard.py
   tests/core/test_oom.py tests/live/test_kernel_oom.py tests/core/test_fresh_first_run.py

@@ -1,5 +1,8 @@
 """Benchmark 3: the cost of one ``tf_mem()`` snapshot (no ``--who``), TF running. Target <= 5 ms.
 
+Then ``--who``'s holder search in a notebook-sized session (1.8 M objects, a good part of them
+reachable from the namespace): target <= 0.5 s for the search, printed, not asserted.
+
     python benchmarks/bench_tf_mem.py
 """
 
@@ -41,6 +44,51 @@ def main() -> None:
     started = time.perf_counter()
     tf_mem(shell, who=True)
     print(f"tf_mem(who=True) once: {(time.perf_counter() - started) * 1000:.0f} ms (scans every live object)")
+    notebook_sized(shell)
+
+
+def notebook_sized(shell) -> None:
+    """The holder search and the whole ``--who`` at 1.8 M live objects (the size background.md measured)."""
+    import gc
+
+    from kerasmagic.holders import HolderSearch, find_holders
+
+    # What a long session leaves reachable: records in lists and dicts, objects with attributes,
+    # closures and partials, with a few models and arrays among them.
+    shell.run_cell(
+        "import functools\n"
+        "class Row:\n"
+        "    def __init__(self, i): self.i = i; self.tags = [i]\n"
+        "rows = [Row(i) for i in range(300_000)]\n"
+        "table = {i: {'v': i} for i in range(200_000)}\n"
+        "class Exp: pass\n"
+        "exp = Exp(); exp.model = models[0]; exp.history = {'loss': list(range(1000))}\n"
+        "step = functools.partial(print, big)\n"
+        "def make(m):\n"
+        "    def run(): return m\n"
+        "    return run\n"
+        "runner = make(models[1])\n"
+    )
+    filler = [[i] for i in range(max(0, 1_800_000 - len(gc.get_objects())))]  # unreachable from the notebook
+    count = len(gc.get_objects())
+    timings, cpu = [], []
+    for _ in range(5):
+        started, started_cpu = time.perf_counter(), time.process_time()
+        search = HolderSearch(shell)
+        timings.append(time.perf_counter() - started)
+        cpu.append(time.process_time() - started_cpu)  # wall time on a shared machine is mostly waiting
+    visited, truncated = search.visited, search.truncated
+    found = {h.where for item in search.heavy for h in item.holders}
+    del search
+    started = time.perf_counter()
+    find_holders(shell)
+    who = time.perf_counter() - started
+    print(f"holder search at {count / 1e6:.2f} M objects: median {statistics.median(timings) * 1000:.0f} ms, "
+          f"max {max(timings) * 1000:.0f} ms, CPU median {statistics.median(cpu) * 1000:.0f} ms (target <= 500 ms); "
+          f"looked at {visited:,} references"
+          f"{' (stopped at its budget)' if truncated else ''}; found {sorted(found)}")
+    print(f"find_holders() with the census of unreachable models: {who * 1000:.0f} ms")
+    del filler
 
 
 if __name__ == "__main__":

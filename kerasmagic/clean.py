@@ -9,6 +9,7 @@ graph, TF's gradient registry), then one garbage collection that frees it all, t
 from __future__ import annotations
 
 import ctypes
+import functools
 import gc
 import sys
 import threading
@@ -22,7 +23,7 @@ from typing import Any
 
 from . import events
 from .errors import KerasMagicUsageError, check_seed
-from .holders import collect_heavy, last_exception_refs, pins_heavy, running_shell
+from .holders import HolderSearch, describe, last_exception_refs, live_models, pins_heavy, running_shell
 from .ipython_names import OUTPUT_CACHE_ALIASES, ipython_role, is_output_cache_name
 from .probes import keras as keras_probe
 from .probes import process as process_probe
@@ -92,6 +93,9 @@ class CleanReport(Record, Report):
                                                                     then=("gpu_freed_bytes",)))
     models_tracked: int = 0
     models_freed: int = 0
+    #: Of ``models_tracked``: those alive before the clean that nothing of the notebook held (a cycle,
+    #: a closure, TF's gradient registry); the garbage collection frees those it can.
+    models_unreachable: int = 0
     steps: list[CleanStep] = field(default_factory=list)
     registry: PurgeResult | None = None
     preserved_settings: dict[str, Any] = field(default_factory=dict, metadata=wire(convert=_settings_as_text))
@@ -134,6 +138,8 @@ class CleanReport(Record, Report):
             first += f", GPU {format_bytes(-self.gpu_freed_bytes, signed=True)}"
         if self.models_tracked:
             first += f"; {self.models_freed} of {self.models_tracked} models freed"
+            if self.models_unreachable:
+                first += f" ({self.models_unreachable} held by nothing of the notebook)"
         lines = [first + "."]
         if self.registry is not None and self.registry.purged:
             lines.append(f"{self.registry.purged} dead CustomGradient entries purged.")
@@ -171,7 +177,11 @@ class CleanReport(Record, Report):
         dropped.notes.extend(self.dropped)
         summary = Section("Result")
         if self.models_tracked:
-            summary.add("models freed", f"{self.models_freed} of {self.models_tracked}", "checked by weak references")
+            how = "checked by weak references"
+            if self.models_unreachable:
+                how += (f"; {self.models_unreachable} of them were alive but not reachable from the notebook, "
+                        "left for the garbage collection")
+            summary.add("models freed", f"{self.models_freed} of {self.models_tracked}", how)
         # Only what clear_session() would really have changed: the non-default settings.
         changed = {k: v for k, v in self.preserved_settings.items() if _KERAS_DEFAULTS.get(k, object()) != v}
         if changed:
@@ -334,8 +344,12 @@ def _drop_last_exception(shell) -> list[str]:
 
 
 def _drop_hidden(shell, step: CleanStep) -> None:
+    # The output-cache entries `%tf_mem --who` lists as holding something heavy, found by the same
+    # search (an entry holding a list of models, an object whose attribute is a DataFrame); only
+    # their ids are kept, so nothing outlives the search but the cache entries themselves.
+    pinning = HolderSearch(shell).output_cache_values_holding_heavy() if shell is not None else set()
     exception_items = _drop_last_exception(shell)
-    cache_items = _drop_cache_entries(shell, pins_heavy) if shell is not None else []
+    cache_items = _drop_cache_entries(shell, lambda value: id(value) in pinning) if shell is not None else []
     step.items.extend(cache_items + exception_items)
     exception = "the last exception" if exception_items else "no exception"
     step.detail = f"{len(cache_items)} output-cache entries, {exception}"
@@ -478,12 +492,21 @@ def _malloc_trim(step: CleanStep) -> None:
 # --- what is still held ------------------------------------------------------------------------
 
 
-def _still_held(shell, report: CleanReport) -> list[str]:
+def _still_held(shell, report: CleanReport, survivors: list[Any]) -> list[str]:
+    """What is still alive after the clean, and why: the holder search (what ``--who`` lists), then
+    the models that survived with no holder in the notebook, then TF's pool and registry."""
     held = []
+    reachable: set[int] = set()
     if shell is not None:
-        for item in collect_heavy(shell):
+        for item in HolderSearch(shell).heavy:
+            reachable.add(id(item.obj))
             places = ", ".join(h.where for h in item.holders)
             held.append(f"{item.info['label']} ({format_bytes(item.info['bytes'])}) held by {places}")
+    for model in survivors:
+        if id(model) not in reachable:
+            info = describe(model)
+            held.append(f"{info['label']} ({format_bytes(info['bytes'])}) alive, but nothing of the notebook holds "
+                        "it: a closure, a graph or a framework's registry does")
     stats = tf_probe.allocator_stats()
     if not isinstance(stats, Unavailable):
         for device, s in stats.items():
@@ -521,16 +544,29 @@ def _describe_purge(step: CleanStep, result: PurgeResult) -> None:
         f", {result.kept_unknown} kept (unknown layout)" if result.kept_unknown else "")
 
 
-def _models_to_track(shell, namespace: dict[str, Any], names: tuple[str, ...]) -> list[weakref.ref]:
-    """Weak references to the models alive now (and those the names hold): the report counts the freed."""
-    tracked = []
-    if shell is not None:
-        tracked = [weakref.ref(item.obj) for item in guarded(lambda: collect_heavy(shell), "finding models") or []
-                   if item.info["kind"] == "model"]
+def _models_to_track(shell, namespace: dict[str, Any], names: tuple[str, ...]) -> tuple[list[weakref.ref], int]:
+    """Weak references to every model alive now, and how many of them the notebook cannot reach.
+
+    Every live model, not only the notebook's: the garbage collection frees models nobody holds
+    but a cycle (a History and its model), and "freed 0 of 1" while it freed 6 more would mislead.
+    """
+    alive = guarded(live_models, "finding live models")
+    models = list(alive) if isinstance(alive, list) else []
     for name in names:
         if any(isinstance(namespace[name], cls) for cls in keras_probe.model_classes()):
-            tracked.append(weakref.ref(namespace[name]))
-    return tracked
+            models.append(namespace[name])
+    reachable: set[int] = set()
+    if shell is not None:
+        search = guarded(lambda: HolderSearch(shell), "finding models")
+        if isinstance(search, HolderSearch):
+            reachable = {id(item.obj) for item in search.heavy if item.info["kind"] == "model"}
+            models.extend(item.obj for item in search.heavy if item.info["kind"] == "model")
+        del search
+    elif names:
+        reachable = {id(namespace[name]) for name in names}
+    unique = {id(model): model for model in models}
+    unreachable = sum(1 for key in unique if key not in reachable) if shell is not None else 0
+    return [weakref.ref(model) for model in unique.values()], unreachable
 
 
 def _drop_references(report: CleanReport, shell, namespace: dict[str, Any], names: tuple[str, ...],
@@ -638,16 +674,19 @@ def clear_tf(
     report.rss_before_bytes = process_probe.rss_bytes()
     report.tf_before_bytes = _tf_in_use_total()
     report.gpu_before_bytes = _gpu_process_total()
-    tracked = _models_to_track(shell, namespace, names)
-    report.models_tracked = len({id(r()) for r in tracked if r() is not None})
+    tracked, report.models_unreachable = _models_to_track(shell, namespace, names)
+    report.models_tracked = len(tracked)
     _drop_references(report, shell, namespace, names, purge_hidden)
     _clear_frameworks(report, seed, clear_jax_caches)
     _purge_and_collect(report, purge_registry)
-    report.models_freed = sum(1 for ref in {id(r): r for r in tracked}.values() if ref() is None)
+    report.models_freed = sum(1 for ref in tracked if ref() is None)
+    survivors = [model for model in (ref() for ref in tracked) if model is not None]
     report.rss_after_bytes = process_probe.rss_bytes()
     report.tf_after_bytes = _tf_in_use_total()
     report.gpu_after_bytes = _gpu_process_total() if report.gpu_before_bytes is not None else None
-    report.still_held = guarded(lambda: _still_held(shell, report), "listing what is still held") or []
+    held = guarded(functools.partial(_still_held, shell, report, survivors), "listing what is still held")
+    report.still_held = held if isinstance(held, list) else []
+    del survivors
     report.seconds = time.perf_counter() - started
     events.publish("clear_tf", report.to_dict())
     return report

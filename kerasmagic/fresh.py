@@ -52,6 +52,8 @@ class FreshModelResult(Report):
             format_bytes(-self.clean.rss_freed_bytes, signed=True),
             f"RSS, in {self.clean.seconds:.2f} s; "
             + (f"{self.clean.models_freed} of {self.clean.models_tracked} models freed"
+               + (f" ({self.clean.models_unreachable} of them held by nothing of the notebook)"
+                  if self.clean.models_unreachable else "")
                if self.clean.models_tracked else "no model was alive"),
         )
         if self.clean.gpu_freed_bytes is not None:

@@ -379,8 +379,11 @@ def _reassigned_model_hints(shell, runner: _CellRunner, named: list[str]) -> lis
     """Variables the cell overwrites that hold a model now: it stays alive until the assignment.
 
     We do not delete them on our own (if the cell failed before reassigning, the user's
-    model would be gone); we say how to free them first instead.
+    model would be gone); we say how to free them first instead, naming every variable that
+    holds the model (``history`` of ``history.model`` too: deleting ``model`` alone frees nothing),
+    found by the search ``%tf_mem --who`` does.
     """
+    from .holders import HolderSearch
     from .probes.keras import model_classes
 
     classes = model_classes()
@@ -392,9 +395,24 @@ def _reassigned_model_hints(shell, runner: _CellRunner, named: list[str]) -> lis
     )
     if not names:
         return []
-    listed = " ".join(names)
-    return [f"{', '.join(names)} still held the previous model while this cell ran; "
-            f"`%%fresh_model {listed}` deletes it before the cell so its memory is reused"]
+    search = HolderSearch(shell)
+    roots: list[str] = list(names)
+    deeper: list[str] = []
+    for name in names:
+        for item in search.heavy:
+            if item.obj is shell.user_ns[name]:
+                for holder in item.holders:
+                    if holder.kind == "history" or holder.where == holder.root:
+                        roots.append(holder.root)
+                    elif holder.kind == "variable":
+                        deeper.append(holder.where)
+    del search
+    listed = " ".join(dict.fromkeys(n for n in roots if n not in named))
+    hint = (f"{', '.join(names)} still held the previous model while this cell ran; "
+            f"`%%fresh_model {listed}` deletes it before the cell so its memory is reused")
+    if deeper:
+        hint += f" (also held by {', '.join(dict.fromkeys(deeper))}: set that to None first)"
+    return [hint]
 
 
 _LINE_RETURNS = "report = %clear_tf -o"

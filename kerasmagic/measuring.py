@@ -8,7 +8,7 @@ import weakref
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from .holders import iter_namespace_references, iter_references, quiet_scan, running_shell
+from .holders import HolderSearch, graph_ops, namespace_roots, note_origin, quiet_scan, running_shell
 from .probes import jax_devices as jax_probe
 from .probes import keras as keras_probe
 from .probes import nvml as nvml_probe
@@ -83,30 +83,47 @@ def _safe(probe, what: str) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def _models_in_reach(shell, namespace: dict[str, Any] | None) -> dict[int, tuple[Any, list[str]]]:
-    """The Keras models the session can reach, by identity, each with where it is held.
+def _models_in_reach(shell, namespace: dict[str, Any] | None,
+                     graphs: dict[str, Any] | None = None) -> dict[int, tuple[Any, list[str]]]:
+    """The Keras models the session can reach, by identity, each with where it is held; and, into
+    ``graphs``, the ops of each TF1 graph the notebook holds other than the default one (a Session's
+    graph too), keyed by where it is held: a cell that grows ``runner.graph`` shows it.
 
-    In IPython that is the walk ``%tf_mem --who`` does (variables, the output cache, the last
-    exception); in a script, the variables of ``namespace``. No scan of every object: a
-    measured cell stays cheap in a big session, and Keras' own inner models (a loaded
+    In IPython that is the search ``%tf_mem --who`` does (variables and what they hold, the output
+    cache, the last exception); in a script, from the variables of ``namespace``. No scan of every
+    object: a measured cell stays cheap in a big session, and Keras' own inner models (a loaded
     ``Sequential`` keeps a ``Functional`` alive) are not mistaken for the user's.
     """
     classes = keras_probe.model_classes()
-    if not classes:
+    if not classes and (graphs is None or tf_probe.module() is None):
         return {}
+    search = HolderSearch(shell) if shell is not None else HolderSearch(
+        roots=list(namespace_roots(namespace or {})))
     found: dict[int, tuple[Any, list[str]]] = {}
-    holders = iter_references(shell) if shell is not None else iter_namespace_references(namespace or {})
-    with quiet_scan():
-        for holder in holders:
-            if isinstance(holder.obj, classes):
-                _, places = found.setdefault(id(holder.obj), (holder.obj, []))
-                if holder.where not in places:
-                    places.append(holder.where)
+    tf_ops = sys.modules.get("tensorflow.python.framework.ops") if graphs is not None else None
+    default = tf_ops.get_default_graph() if tf_ops is not None else None
+    counted = set()  # a Session's graph that is held by name too is one graph, named by that name
+    for item in sorted(search.heavy, key=lambda item: item.info["kind"] != "graph"):
+        kind = item.info["kind"]
+        if kind == "model" and _isinstance_any(item.obj, classes):
+            found[id(item.obj)] = (item.obj, [h.where for h in item.holders])
+        elif graphs is not None and kind in ("graph", "session") and item.holders:
+            graph = item.obj if kind == "graph" else getattr(item.obj, "graph", None)
+            if graph is not None and graph is not default and id(graph) not in counted:
+                counted.add(id(graph))
+                where = item.holders[0].where + ("" if kind == "graph" else ".graph")
+                graphs.setdefault(where, graph_ops(graph))
     return found
 
 
-def _guarded_models_in_reach(shell, namespace: dict[str, Any] | None) -> dict[int, tuple[Any, list[str]]]:
-    found = guarded(lambda: _models_in_reach(shell, namespace), "finding models")
+def _isinstance_any(obj: Any, classes: tuple[type, ...]) -> bool:
+    with quiet_scan():
+        return bool(classes) and isinstance(obj, classes)
+
+
+def _guarded_models_in_reach(shell, namespace: dict[str, Any] | None,
+                             graphs: dict[str, Any] | None = None) -> dict[int, tuple[Any, list[str]]]:
+    found = guarded(lambda: _models_in_reach(shell, namespace, graphs), "finding models")
     return found if isinstance(found, dict) else {}
 
 
@@ -119,7 +136,37 @@ def _new_model_facts(model: Any, held_by: list[str]) -> dict[str, Any]:
     facts["held_by"] = held_by[:3]
     facts["optimizer_state"] = guarded(lambda: keras_probe.optimizer_state_origin(model),
                                        "reading the optimizer's state")
+    if facts["optimizer_state"] == "restored":
+        # What came with it, read from the optimizer's own variables: not every load path that
+        # leaves a built optimizer restored its state (a Keras 3 .h5 restores only the scalars).
+        facts["optimizer_read"] = guarded(lambda: keras_probe.optimizer_state_read(model),
+                                          "reading the optimizer's variables")
     return facts
+
+
+def _optimizer_note(model: dict[str, Any], weights: Any) -> str:
+    """What the optimizer of a model loaded in this cell holds, as read from its variables."""
+    read = model.get("optimizer_read")
+    name = model["name"]
+    if not isinstance(read, dict):
+        return (f"'{name}' has a built optimizer of {format_bytes(model.get('optimizer_bytes'))} that this process "
+                "never trained; whether its state was restored could not be read "
+                f"({read.detail if isinstance(read, Unavailable) else 'no optimizer variables'}).")
+    ratio = (f" ({read['restored_slot_bytes'] / weights:.1f}x the weights)"
+             if isinstance(weights, int) and weights and read["restored_slot_bytes"] else "")
+    optimizer, step = read["optimizer"], read["iterations"]
+    if read["restored_slots"]:
+        return (f"'{name}' came with its optimizer state: {read['restored_slots']} slot variables of its "
+                f"{optimizer} ({read['filled_slots']} holding non-zero values), "
+                f"{format_bytes(read['restored_slot_bytes'])}{ratio}, at step {step}; "
+                "load_model(..., compile=True) restores it for further training. For inference, "
+                "load_model(path, compile=False) leaves it out.")
+    if not read["slots"]:
+        return (f"'{name}' has a built {optimizer} without slot variables: only its step counter and learning rate "
+                f"({format_bytes(read['scalar_bytes'])}, step {step}) came with it, not a saved optimizer state; "
+                "training goes on with fresh slots.")
+    return (f"'{name}' has a {optimizer} with {read['slots']} slot variables ({format_bytes(read['slot_bytes'])}), "
+            f"all zeros, step {step}: no saved optimizer state is in it; training starts from a fresh optimizer.")
 
 
 def _new_models_section(models: list[dict[str, Any]]) -> Section:
@@ -131,12 +178,7 @@ def _new_models_section(models: list[dict[str, Any]]) -> Section:
         section.add(f"{model['class']} '{model['name']}'", format_bytes(total),
                     f"weights {format_bytes(weights)}, optimizer state {format_bytes(optimizer)}; held by {held}")
         if model.get("optimizer_state") == "restored" and isinstance(optimizer, int) and optimizer > 0:
-            ratio = f" ({optimizer / weights:.1f}x the weights)" if isinstance(weights, int) and weights else ""
-            section.notes.append(
-                f"'{model['name']}' came with its optimizer state, {format_bytes(optimizer)}{ratio}: "
-                "load_model(..., compile=True) restores it for further training. For inference, "
-                "load_model(path, compile=False) leaves it out."
-            )
+            section.notes.append(_optimizer_note(model, weights))
     return section
 
 
@@ -236,6 +278,13 @@ class CellMeasurement(Record, Report):
             if isinstance(after, int):
                 new = _delta(after, before) if isinstance(before, int) else after
                 graph.add(label, format_value(after), f"{format_value(new):>} new")
+        held_before = self.counters_before.get("held_graph_ops") or {}
+        for where, after in (self.counters_after.get("held_graph_ops") or {}).items():
+            # A graph the notebook holds besides the default one (a TF1 Session's): its growth
+            # after a clean reset the default graph is still growth.
+            before = held_before.get(where)
+            new = _delta(after, before) if isinstance(before, int) else after
+            graph.add(f"graph ops, {where}", format_value(after), f"{format_value(new):>} new")
         names_after = self.counters_after.get("name_counters") or {}
         names_before = self.counters_before.get("name_counters") or {}
         if isinstance(names_after, dict):
@@ -290,7 +339,8 @@ class measure:  # noqa: N801 - lower case on purpose: used like a function, `wit
         self._shell = running_shell()
         if self._shell is None and self._namespace is None:
             self._namespace = sys._getframe(1).f_globals
-        reachable = _guarded_models_in_reach(self._shell, self._namespace)
+        result.counters_before["held_graph_ops"] = {}
+        reachable = _guarded_models_in_reach(self._shell, self._namespace, result.counters_before["held_graph_ops"])
         self._models_before = {key: weakref.ref(model) for key, (model, _) in reachable.items()}
         result.gpu_before = _safe(_gpu_process_bytes, "reading NVML")
         result.tf_before = _safe(_tf_in_use, "reading TensorFlow's allocator")
@@ -336,11 +386,14 @@ class measure:  # noqa: N801 - lower case on purpose: used like a function, `wit
             result.gpu_peak[device] = peak if not isinstance(before, int) or peak > before else Unavailable(
                 "not_supported", f"no new high: at most the process's earlier peak, {format_bytes(before)}")
         result.counters_after = _counters()
-        reachable = _guarded_models_in_reach(self._shell, self._namespace)
-        result.new_models = [
-            _new_model_facts(model, held_by) for key, (model, held_by) in reachable.items()
-            if key not in self._models_before or self._models_before[key]() is not model
-        ]
+        result.counters_after["held_graph_ops"] = {}
+        reachable = _guarded_models_in_reach(self._shell, self._namespace, result.counters_after["held_graph_ops"])
+        new = [model for key, (model, _) in reachable.items()
+               if key not in self._models_before or self._models_before[key]() is not model]
+        for model in new:  # so that --who can tell two models named alike apart
+            note_origin(model, result.label)
+        result.new_models = [_new_model_facts(model, reachable[id(model)][1]) for model in new]
+        del new
         self._models_before = {}
         if exc_type is not None:
             result.error = exc_type.__name__

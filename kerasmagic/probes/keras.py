@@ -13,8 +13,9 @@ from typing import Any
 
 from .availability import Unavailable, guarded
 
-__all__ = ['backend', 'history_classes', 'iter_models', 'keras3', 'model_classes', 'model_footprint', 'name_counters',
-           'optimizer_state_origin', 'snapshot', 'status', 'tf_keras', 'version']
+__all__ = ['backend', 'callback_classes', 'history_classes', 'iter_models', 'keras3', 'model_classes',
+           'model_footprint', 'name_counters', 'optimizer_state_origin', 'optimizer_state_read', 'snapshot',
+           'status', 'tf_keras', 'variable_bytes', 'version']
 
 
 def keras3():
@@ -154,7 +155,29 @@ def history_classes() -> tuple[type, ...]:
     return tuple(classes)
 
 
-def _variable_bytes(variables) -> int:
+def callback_classes() -> tuple[type, ...]:
+    """The ``Callback`` base classes of every imported Keras (a callback holds ``.model``).
+
+    Example:
+        >>> isinstance(object(), callback_classes())
+        False
+    """
+    classes = []
+    if keras3() is not None:
+        classes.append(keras3().callbacks.Callback)
+    legacy = tf_keras()
+    if legacy is not None:
+        classes.append(legacy.callbacks.Callback)
+    return tuple(classes)
+
+
+def variable_bytes(variables) -> int:
+    """Bytes of a list of variables (weights, optimizer slots), read from shape and dtype.
+
+    Example:
+        >>> variable_bytes([])
+        0
+    """
     total = 0
     for variable in variables:
         size = 1
@@ -184,9 +207,9 @@ def model_footprint(model) -> dict[str, Any]:
     return {
         "name": getattr(model, "name", "?"),
         "class": type(model).__name__,
-        "weight_bytes": guarded(lambda: _variable_bytes(model.weights), "sizing weights"),
+        "weight_bytes": guarded(lambda: variable_bytes(model.weights), "sizing weights"),
         "optimizer_bytes": guarded(
-            lambda: _variable_bytes(optimizer_variables or []), "sizing optimizer state"
+            lambda: variable_bytes(optimizer_variables or []), "sizing optimizer state"
         ),
     }
 
@@ -216,6 +239,51 @@ def optimizer_state_origin(model) -> str:
     if getattr(model, "train_function", None) is None:
         return "restored"
     return "trained"
+
+
+def optimizer_state_read(model) -> dict[str, Any] | None:
+    """What a model's optimizer state holds, read from its variables: its slot variables (Adam's
+    moments, momentum), how many hold values, whether they came back from a file (``restored_slots``),
+    beside the scalars (step counter, learning rate). None without a built optimizer.
+
+    A freshly built optimizer's slots are all zeros; restored slots are not. So this tells "the
+    file's optimizer state came with the model" from "an empty optimizer of the same size was
+    built": a Keras 3 ``.h5`` load restores only the scalars (12 B), ``model_from_json`` +
+    ``load_weights`` + ``compile`` restores nothing. Reads every slot once (about a copy of them).
+
+    Example:
+        >>> optimizer_state_read(keras.models.load_model("trained.keras"))     # doctest: +SKIP
+        {'optimizer': 'Adam', 'slots': 4, 'slot_bytes': 2048, 'filled_slots': 4, ..., 'restored_slots': 4, ...}
+        >>> optimizer_state_read(object()) is None
+        True
+    """
+    import numpy as np
+
+    optimizer = getattr(model, "optimizer", None)
+    if optimizer is None or not getattr(optimizer, "built", False):
+        return None
+    variables = optimizer.variables() if callable(optimizer.variables) else optimizer.variables
+    scalars = {id(v) for v in (getattr(optimizer, "_iterations", None), getattr(optimizer, "_learning_rate", None))
+               if v is not None}
+    slots = [v for v in variables if id(v) not in scalars]
+    filled = [v for v in slots if np.any(np.asarray(v.numpy() if hasattr(v, "numpy") else v))]
+    iterations = getattr(optimizer, "_iterations", None)
+    step = int(np.asarray(iterations.numpy())) if iterations is not None else None
+    # Keras loads an optimizer's variables all together or not at all (it skips them, warning, when
+    # the counts differ): a step counter past 0 or any slot holding a value means the saved state came
+    # back, zeros included (a model trained on all-zero gradients has zero moments).
+    restored = bool(filled) or bool(step)
+    return {
+        "optimizer": type(optimizer).__name__,
+        "slots": len(slots),
+        "slot_bytes": variable_bytes(slots),
+        "filled_slots": len(filled),
+        "filled_slot_bytes": variable_bytes(filled),
+        "scalar_bytes": variable_bytes([v for v in variables if id(v) in scalars]),
+        "iterations": step,
+        "restored_slots": len(slots) if restored else 0,
+        "restored_slot_bytes": variable_bytes(slots) if restored else 0,
+    }
 
 
 def iter_models(objects) -> Iterator[Any]:

@@ -107,3 +107,66 @@ def test_in_a_script_the_module_globals_are_walked():
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().splitlines()[-1] == "[('restored', ['loaded'])]"
+
+
+def test_an_h5_load_is_not_said_to_restore_a_state_it_did_not_restore(saved):
+    """Seed 003's `.h5` case: Keras 3 builds the optimizer with its step counter and learning rate
+    only (12 B), leaving the file's moments behind; the report says so, read from the variables."""
+    shell = saved
+    run(shell, "h5 = path.replace('.keras', '.h5')\n"
+               "trained.compile(optimizer='adam', loss=keras.losses.MeanSquaredError())\n"
+               "trained.fit(np.zeros((8, 64)), np.zeros((8, 2)), verbose=0)\ntrained.save(h5)")
+    run(shell, "%%tf_mem -q --as m\nfrom_h5 = keras.models.load_model(h5)")
+    (model,) = shell.user_ns["m"].new_models
+    loaded, trained = shell.user_ns["from_h5"], shell.user_ns["trained"]
+    # Independent of the report: the loaded optimizer has its two scalars and none of the 8 slots.
+    assert len(loaded.optimizer.variables) == 2 < len(trained.optimizer.variables)
+    assert model["optimizer_read"]["filled_slots"] == 0 and model["optimizer_read"]["scalar_bytes"] == 12
+    text = str(shell.user_ns["m"])
+    assert "came with its optimizer state" not in text
+    assert "without slot variables" in text and "not a saved optimizer state" in text
+
+
+def test_json_plus_weights_gets_an_empty_optimizer_and_is_told_so(saved):
+    """The weights file came from a model trained with another optimizer: Keras skips its optimizer
+    variables (their count differs), so the rebuilt model's optimizer is empty: not "restored"."""
+    shell = saved
+    run(shell, "weights = path.replace('.keras', '.weights.h5')\n"
+               "other = keras.models.clone_model(trained)\n"
+               "other.compile(optimizer=keras.optimizers.SGD(momentum=0.9), loss='mse')\n"
+               "other.fit(np.ones((8, 64)), np.ones((8, 2)), verbose=0); other.save_weights(weights)\n"
+               "config = trained.to_json()")
+    run(shell, "%%tf_mem -q --as m\n"
+               "import warnings\n"
+               "with warnings.catch_warnings():\n"
+               "    warnings.simplefilter('ignore')\n"
+               "    rebuilt = keras.models.model_from_json(config)\n"
+               "    rebuilt.load_weights(weights)")
+    (model,) = shell.user_ns["m"].new_models
+    optimizer = shell.user_ns["rebuilt"].optimizer
+    text = str(shell.user_ns["m"])
+    assert "came with its optimizer state" not in text
+    assert model["optimizer_state"] == "restored", "precondition: Keras built an optimizer while loading"
+    # Independent of the report: the optimizer's step is 0 and every slot is zero.
+    assert int(optimizer.iterations.numpy()) == 0
+    slots = [v for v in optimizer.variables if not any(word in v.path for word in ("iteration", "learning_rate"))]
+    assert slots and not any(shell.user_ns["np"].any(v.numpy()) for v in slots)
+    assert "all zeros, step 0: no saved optimizer state is in it" in text
+
+
+def test_a_keras_load_says_how_many_slots_came_back_checked_against_the_trained_ones(saved):
+    shell = saved
+    # Trained on non-zero data, so that its moments are not zeros (the fixture's are).
+    run(shell, "trained.fit(np.ones((8, 64)), np.ones((8, 2)), verbose=0); trained.save(path)")
+    run(shell, "%%tf_mem -q --as m\nloaded = keras.models.load_model(path)")
+    (model,) = shell.user_ns["m"].new_models
+    import numpy as np
+
+    loaded, trained = shell.user_ns["loaded"], shell.user_ns["trained"]
+    pairs = list(zip(loaded.optimizer.variables, trained.optimizer.variables, strict=True))
+    equal = sum(1 for a, b in pairs if np.array_equal(a.numpy(), b.numpy()) and np.any(b.numpy()))
+    read = model["optimizer_read"]
+    assert read["slots"] == read["restored_slots"] == read["filled_slots"] == 8
+    assert equal >= read["filled_slots"], "every slot said restored holds the trained value"
+    assert read["iterations"] == int(trained.optimizer.iterations.numpy()) == 2
+    assert "8 slot variables of its Adam (8 holding non-zero values)" in str(shell.user_ns["m"])

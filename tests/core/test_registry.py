@@ -29,8 +29,11 @@ def custom_gradient_keys():
 
 
 def test_entries_of_live_models_are_restored_even_if_the_collection_is_interrupted():
-    from kerasmagic.registry_purge import entries_tied_to_their_variables
+    from kerasmagic.registry_purge import entries_tied_to_their_variables, purge_dead_custom_gradients
 
+    # Entries of models earlier tests let die stay until a purge, and are never tied: start clean.
+    gc.collect()
+    purge_dead_custom_gradients()
     alive = trained_model()
     before = custom_gradient_keys()
     assert before, "precondition: fit() registered custom gradients"

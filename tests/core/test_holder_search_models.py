@@ -1,0 +1,174 @@
+"""Models and tensors through the holder search, with real Keras and TensorFlow on CPU: a model held
+by an attribute, models only the garbage collection frees, shared weights, models named alike,
+TF variables and TF1 Sessions, and `%%fresh_model`'s hint proven by following it.
+
+Each figure is checked against weak references (the model really died or lives) or the
+variables' own bytes.
+"""
+
+from __future__ import annotations
+
+import gc
+import re
+
+import pytest
+
+from kerasmagic.holders import find_holders
+
+from shell_helpers import run
+
+pytestmark = [pytest.mark.shell, pytest.mark.frameworks]
+
+MAKE_MODEL = """
+import gc, weakref
+import numpy as np
+import keras
+
+def make_model(width=64):
+    model = keras.Sequential([keras.Input((16,)), keras.layers.Dense(width, activation="relu"), keras.layers.Dense(1)])
+    model.compile(optimizer="adam", loss="mse")
+    return model
+
+x = np.random.default_rng(0).random((256, 16), dtype=np.float32)
+y = x.sum(axis=1, keepdims=True)
+"""
+
+
+@pytest.fixture
+def keras_shell(shell):
+    run(shell, MAKE_MODEL)
+    return shell
+
+
+def test_a_model_held_by_an_attribute_is_listed_with_its_path_and_not_as_unreachable(keras_shell):
+    shell = keras_shell
+    run(shell, "class Experiment: pass\nexp = Experiment(); exp.model = make_model()\nref = weakref.ref(exp.model)")
+    report = find_holders(shell)
+    data = report.to_dict()
+    (model,) = [o for o in data["objects"] if o["kind"] == "model"]
+    assert [h["where"] for h in model["holders"]] == ["exp.model"]
+    assert data["unreachable_models"] == []
+    clean = run(shell, "%clear_tf -q -o")
+    assert shell.user_ns["ref"]() is not None
+    assert any("held by exp.model" in line for line in clean.still_held), clean.still_held
+
+
+def test_models_freed_counts_the_models_only_the_garbage_collection_frees(keras_shell):
+    shell = keras_shell
+    # Three models in reference cycles, held by nothing of the notebook; the automatic collection is
+    # off so that they are still alive when the clean starts (the clean collects them itself).
+    gc.disable()
+    try:
+        run(shell, "refs = []\n"
+                   "for _ in range(3):\n"
+                   "    m = make_model(); box = [m]; box.append(box); refs.append(weakref.ref(m))\n"
+                   "del m, box")
+        assert all(ref() is not None for ref in shell.user_ns["refs"]), "precondition: alive in cycles"
+        report = run(shell, "%clear_tf -q -o")
+    finally:
+        gc.enable()
+    assert all(ref() is None for ref in shell.user_ns["refs"])
+    assert report.models_freed >= 3 and report.models_unreachable >= 3
+    assert report.models_freed <= report.models_tracked
+    assert "held by nothing of the notebook" in report.summary()
+
+
+def test_weights_shared_by_two_models_are_said_once(keras_shell):
+    shell = keras_shell
+    run(shell, "encoder = keras.Sequential([keras.Input((16,)), keras.layers.Dense(512)], name='encoder')\n"
+               "auto = keras.Sequential([encoder, keras.layers.Dense(16)], name='auto')")
+    objects = find_holders(shell, census=False).to_dict()["objects"]
+    by_name = {o["name"]: o for o in objects if o["kind"] == "model"}
+    encoder_bytes = sum(v.numpy().nbytes for v in shell.user_ns["encoder"].weights)
+    shared = [o for o in by_name.values() if o.get("shared_bytes")]
+    assert len(shared) == 1, "counted once: only the second of the two says it shares"
+    assert shared[0]["shared_bytes"] == encoder_bytes
+    other = "encoder" if shared[0]["name"] == "auto" else "auto"
+    assert f"with '{other}'" in shared[0]["label"]
+
+
+def test_two_models_named_alike_are_told_apart_by_the_cell_that_made_them(keras_shell):
+    shell = keras_shell
+    run(shell, "%%tf_mem -q\nfirst = make_model()")
+    run(shell, "keras.backend.clear_session()")  # the counters restart: the next one is 'sequential' too
+    run(shell, "%%tf_mem -q\nsecond = make_model()")
+    assert shell.user_ns["first"].name == shell.user_ns["second"].name, "precondition: the same name"
+    labels = {o["holders"][0]["where"]: o["label"] for o in find_holders(shell, census=False).to_dict()["objects"]
+              if o["kind"] == "model"}
+    assert labels["first"] != labels["second"]
+    assert re.search(r"from cell \[\d+\]", labels["first"]), labels
+
+
+def test_tensorflow_variables_and_tensors_are_listed_with_their_bytes(keras_shell):
+    shell = keras_shell
+    run(shell, "import tensorflow as tf\n"
+               "state = {'v': tf.Variable(tf.zeros((512, 1024))), 't': tf.ones((256, 1024))}")
+    objects = find_holders(shell, census=False).to_dict()["objects"]
+    sizes = {h["where"]: o["bytes"] for o in objects for h in o["holders"]}
+    assert sizes["state['v']"] == shell.user_ns["state"]["v"].numpy().nbytes == 2 * 2**20
+    assert sizes["state['t']"] == shell.user_ns["state"]["t"].numpy().nbytes == 2**20
+
+
+def test_a_tf1_session_and_its_graph_held_by_an_object_are_listed(keras_shell):
+    shell = keras_shell
+    run(shell, "import tensorflow as tf\n"
+               "class Runner:\n"
+               "    def __init__(self):\n"
+               "        self.graph = tf.Graph()\n"
+               "        with self.graph.as_default():\n"
+               "            self.x = tf.compat.v1.placeholder(tf.float32, (None, 4))\n"
+               "            self.y = self.x * 2.0 + 1.0\n"
+               "        self.session = tf.compat.v1.Session(graph=self.graph)\n"
+               "runner = Runner()\nops = len(runner.graph.get_operations())")
+    try:
+        objects = find_holders(shell, census=False).to_dict()["objects"]
+        places = {o["kind"]: [h["where"] for h in o["holders"]] for o in objects}
+        assert places.get("session") == ["runner.session"], objects
+        assert places.get("graph") == ["runner.graph"], objects
+        (session,) = [o for o in objects if o["kind"] == "session"]
+        assert session["graph_ops"] == shell.user_ns["ops"] > 0
+    finally:
+        run(shell, "runner.session.close()")
+
+
+def test_the_fresh_model_hint_names_every_holder_and_following_it_frees_the_model(keras_shell):
+    shell = keras_shell
+    run(shell, "model = make_model()\nhistory = model.fit(x, y, epochs=1, verbose=0)\nold = weakref.ref(model)")
+    result = run(shell, "%%fresh_model -q -o\nmodel = make_model()\nhistory = model.fit(x, y, epochs=1, verbose=0)")
+    (hint,) = result.hints
+    assert "`%%fresh_model model history`" in hint, hint
+    # Follow the hint: the model alive before the cell is freed by the clean, before the cell runs.
+    run(shell, "old = weakref.ref(model)")
+    run(shell, "%%fresh_model -q model history\nalive_when_the_cell_ran = old() is not None\n"
+               "model = make_model()\nhistory = model.fit(x, y, epochs=1, verbose=0)")
+    assert shell.user_ns["alive_when_the_cell_ran"] is False
+
+
+def test_ops_added_to_a_graph_the_notebook_holds_are_counted_per_cell_after_a_clean(keras_shell):
+    """Seed 004: a user object keeps its Session's graph; after a clean reset the default graph,
+    a cell that adds ops to the held graph must not read "0 new ops"."""
+    shell = keras_shell
+    run(shell, "import tensorflow as tf\n"
+               "class Runner:\n"
+               "    def __init__(self):\n"
+               "        self.graph = tf.Graph()\n"
+               "        with self.graph.as_default():\n"
+               "            self.x = tf.compat.v1.placeholder(tf.float32, (None, 4))\n"
+               "        self.session = tf.compat.v1.Session(graph=self.graph)\n"
+               "    def grow(self, n):\n"
+               "        with self.graph.as_default():\n"
+               "            for i in range(n):\n"
+               "                self.x = self.x * float(i) + 1.0\n"
+               "runner = Runner()")
+    try:
+        run(shell, "%clear_tf -q")
+        run(shell, "before = len(runner.graph.get_operations())")
+        measured = run(shell, "%%tf_mem -q -o\nrunner.grow(50)")
+        added = len(shell.user_ns["runner"].graph.get_operations()) - shell.user_ns["before"]
+        assert added >= 100, "precondition: each step adds ops"
+        (after, before) = (measured.counters_after["held_graph_ops"], measured.counters_before["held_graph_ops"])
+        assert after["runner.graph"] - before["runner.graph"] == added
+        assert "runner.session.graph" not in after, "the Session's graph is the same graph: counted once"
+        assert re.search(rf"graph ops, runner\.graph\s+\S+\s+{added} new", str(measured)), str(measured)
+    finally:
+        run(shell, "runner.session.close()")
