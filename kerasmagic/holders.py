@@ -277,12 +277,17 @@ def exception_holders(shell=None) -> Iterator[tuple[str, Any]]:
                 if where not in via:
                     via.append(where)
                 tb = tb.tb_next
+    namespace = getattr(shell, "user_ns", None)
     for frame, via in frames.values():
         # A module-level frame's locals are the user namespace itself, not something the exception
         # keeps: its globals. Its code is "<module>", but "<cell line: 0>" on IPython 7.34.
         if frame.f_locals is frame.f_globals:
             continue
         for local_name, local_value in list(frame.f_locals.items()):
+            # A frame of a magic holding the notebook's namespace (`namespace = shell.user_ns`)
+            # keeps nothing the namespace does not: naming it would repeat every variable.
+            if local_value is namespace or local_value is frame.f_globals:
+                continue
             yield (f"last exception ({label}): frame {frame.f_code.co_name}() local {local_name!r} "
                    f"via {', '.join(via)}", local_value)
 

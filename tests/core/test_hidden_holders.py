@@ -175,3 +175,18 @@ def test_a_tensorflow_tensor_on_the_cpu_names_no_device(shell):
     (item,) = [o for o in report.holders.to_dict()["objects"] if "big" in str(o["holders"])]
     assert item["device"] is None and " on " not in item["label"]
     run(shell, "del big")
+
+
+def test_a_failed_frame_holding_the_namespace_is_not_named_for_every_variable(shell):
+    from kerasmagic.holders import exception_holders
+
+    shell.user_ns["helper_shell"] = shell
+    shell.run_cell("big = bytearray(2**20)\n"
+                   "def step():\n"
+                   "    namespace = helper_shell.user_ns   # as a magic's frame holds it\n"
+                   "    own = [1]\n"
+                   "    raise ValueError('boom')\n"
+                   "step()")
+    named = [where for where, _ in exception_holders(shell)]
+    assert any("local 'own'" in where for where in named), named
+    assert not any("local 'namespace'" in where for where in named), named
