@@ -203,8 +203,6 @@ class MemoryGuard:
         self._main_ident: int = threading.main_thread().ident or 0
         self._run_code = _run_code_codes(shell)
         self._past_warn = self._past_stop = False
-        # The previous reading (monotonic seconds, RSS): how fast memory grows now.
-        self._previous: tuple[float, int] | None = None
         self.readings = 0
         self.fired = 0
         #: The last reading's level and the limit it was measured against.
@@ -308,20 +306,7 @@ class MemoryGuard:
             self._past_warn = True
             return FAST_INTERVAL_S
         self._past_warn = False
-        if level == "fast" or self._stop_level_within(SLOW_INTERVAL_S * 2, rss, limit.limit_bytes, settings):
-            return FAST_INTERVAL_S
-        return SLOW_INTERVAL_S
-
-    def _stop_level_within(self, seconds: float, rss: int, limit_bytes: int, settings: GuardSettings) -> bool:
-        """Whether memory, growing as fast as since the previous reading, reaches the stop level
-        within ``seconds``: a cell that grows 400 MiB a second far below the limit must be read
-        ten times a second already, or it passes the stop level between two slow readings."""
-        now = time.monotonic()
-        previous, self._previous = self._previous, (now, rss)
-        if previous is None or now <= previous[0] or rss <= previous[1]:
-            return False
-        rate = (rss - previous[1]) / (now - previous[0])
-        return (limit_bytes * settings.stop_pct / 100 - rss) / rate <= seconds
+        return FAST_INTERVAL_S if level == "fast" else SLOW_INTERVAL_S
 
     # ---- acting --------------------------------------------------------------------------------------
     def _growth_words(self, cell: _Cell, limit: MemoryLimit) -> str:
