@@ -14,7 +14,7 @@ from typing import Any
 
 from ..cell_numbers import running_cell_number
 from ..compat import semicolon_at_end_of_expression
-from ..ipython_names import is_ipython_name, new_variable_name_problem
+from ..ipython_names import ipython_machinery_role, is_ipython_name, new_variable_name_problem
 from .api import check_code, check_gpu, check_options, check_target, prepare_job
 from .cell_names import CellNames, analyse, uses_get_ipython
 from .errors import IsolationUsageError
@@ -121,13 +121,27 @@ def _shows_last_value(cell: str) -> bool:
         return True
 
 
-def _wanted_outputs(names: CellNames, outputs: list[str] | None, no_return: bool) -> tuple[list[str], list[str]]:
-    """The names to bring back, and those of them the cell must have assigned (``--out``)."""
+def _wanted_outputs(names: CellNames, outputs: list[str] | None, no_return: bool,
+                    result: IsolatedResult) -> tuple[list[str], list[str]]:
+    """The names to bring back, and those of them the cell must have assigned (``--out``).
+
+    A name IPython itself needs (``_oh``, ``_dh``, ``get_ipython``...) is not brought back, as
+    ``--out`` and ``--as`` refuse it: put back, it would break every later output display, ``%cd``
+    or magic. ``result.not_returned`` says so, and with it the job's one warning line.
+    """
     if no_return:
         return [], []
     if outputs:
         return list(outputs), list(outputs)
-    return names.assigns, []
+    wanted = []
+    for name in names.assigns:
+        role = ipython_machinery_role(name)
+        if role is None:
+            wanted.append(name)
+        else:
+            result.not_returned[name] = (f"IPython's own ({role}): putting the cell's value there would "
+                                         "break IPython; rename it")
+    return wanted, []
 
 
 def _prepare_cell_job(shell, cell: str, header: str, result: IsolatedResult, *, inputs: list[str],
@@ -143,7 +157,7 @@ def _prepare_cell_job(shell, cell: str, header: str, result: IsolatedResult, *, 
     tree = check_code(code, "the cell", "%%fresh_model", refuse=_refuse_ipython_syntax)
     names = analyse(tree)
     send = cell_inputs(shell, names.reads, inputs)
-    wanted, required = _wanted_outputs(names, outputs, no_return)
+    wanted, required = _wanted_outputs(names, outputs, no_return, result)
     return prepare_job("code", result, hint=_CELL_HINT, inputs={name: shell.user_ns[name] for name in send},
                        code=code, outputs=wanted, required_outputs=required, seed=seed,
                        display_last=_shows_last_value(cell))
