@@ -644,6 +644,15 @@ class KerasMagics(Magics):
             raise UsageError(f"{', '.join(isolation_only)} only work with --isolate; add --isolate to the line")
         if args.isolate and args.names:
             raise UsageError("--isolate starts from a fresh process: there is nothing to delete, drop the names")
+        kernel_only = [flag for flag, value in (("--keep-hidden", args.keep_hidden),
+                                                ("--keep-registry", args.keep_registry),
+                                                ("--jax-caches", args.jax_caches)) if value]
+        if args.isolate and kernel_only:
+            one = len(kernel_only) == 1
+            raise UsageError(
+                f"{', '.join(kernel_only)} {'acts' if one else 'act'} on this kernel's own state, in the clean "
+                "%%fresh_model runs before the cell; with --isolate the cell runs in a fresh process and nothing "
+                f"here is cleaned, so {'it' if one else 'they'} would do nothing: drop {'it' if one else 'them'}")
         if args.address is not None and args.on != "ray":
             raise UsageError("--address is the Ray cluster to connect to: use it with --on ray")
         if args.on in ("ray", "ray-local") and args.gpu is not None:
