@@ -101,7 +101,7 @@ class IsolatedMapResult(Report, Sequence):
             gpu = max(job.child_gpu_peak.values(), default=None)
             gpu_text = f", GPU {format_bytes(gpu)}" if gpu else ""
             how = {"warm": "forked", "starting": "forked", "cold": "forked, first"}.get(job.worker_state, "fresh")
-            status = job.status if job.status == "ok" else f"{job.status}: {job.error or job.status}"
+            status = f"{job.status}: {job.error}" if job.status != "ok" and job.error else job.status
             where = f" on {job.node.get('ip', '?')}/{str(job.node.get('node_id', ''))[:6]}" if job.node else ""
             jobs.add(f"[{index}] {_short(self.items[index])}", f"{job.wall_s:.2f} s",
                      f"{status}; RSS peak {peak}{gpu_text}; {how}{where}")

@@ -11,6 +11,7 @@ from ..probes.availability import Unavailable
 from ..probes.sample import is_count, keep_largest
 from ..records import NOT_WIRE, Record, wire
 from ..tables import Report, Section, format_bytes
+from .errors import describe_exit
 
 __all__ = ['IsolatedHistory', 'IsolatedResult', 'ShippedName', 'add_kernel_gpu_rows']
 
@@ -248,7 +249,7 @@ class IsolatedResult(Record, Report):
         for device, peak in sorted(self.child_gpu_peak.items()):
             child.add(f"{device} peak", format_bytes(peak), self._nvml_peak_source())
         if self.signal_name or (self.exit_code not in (None, 0)):
-            child.add("ended by", self.signal_name or f"exit code {self.exit_code}", "")
+            child.add("ended by", self.signal_name or f"exit code {self.exit_code}", describe_exit(self.exit_code))
 
         kernel = Section("Kernel")
         kernel.add("RSS change", format_bytes(self.kernel_rss_delta_bytes, signed=True),

@@ -41,6 +41,9 @@ from ..probes.process import rss_bytes
 
 #: Exit status of a template (or forked child) that found the kernel gone.
 PARENT_GONE_EXIT = 75
+#: Exit status of a job's process that could not send its last message: the job closed the
+#: channel's descriptor (``os.closerange``), so nothing it made can go back.
+CHANNEL_LOST_EXIT = 74
 #: The largest control message (a fork request: the job's environment and folder).
 MAX_CONTROL_BYTES = 1 << 20
 #: Environment variables that no framework reads at import time, only when its runtime or

@@ -37,9 +37,10 @@ from typing import Any
 from ...probes import process
 from ...probes.availability import to_jsonable
 from ...probes.sample import gpu_framework_imported, memory_sample
+from ..errors import LONG_MESSAGE_CHARS, shorten_message
 from ..gpu_figures import allocator_peaks
 from ..shipping import ShippingError, decode, encode
-from ..template import PARENT_GONE_EXIT, preload, set_parent_death_signal
+from ..template import CHANNEL_LOST_EXIT, PARENT_GONE_EXIT, preload, set_parent_death_signal
 from . import child_display
 
 CELL_FILENAME = "<isolated cell>"
@@ -72,10 +73,16 @@ def _die_with_parent(parent_pid: int, watch_fd: int) -> None:
         _kernel_gone()
 
     def watch() -> None:
+        watched = [watch_fd]
         while True:
-            readable, _, _ = select.select([watch_fd], [], [], 1.0)
-            if readable and not os.read(watch_fd, 1):
-                _kernel_gone()  # EOF: the only write end died with the kernel
+            try:
+                readable, _, _ = select.select(watched, [], [], 1.0)
+                if readable and not os.read(watch_fd, 1):
+                    _kernel_gone()  # EOF: the only write end died with the kernel
+            except (OSError, ValueError):
+                # The job closed our descriptor (os.closerange): the parent's pid and the death
+                # signal still tell, once a second; no traceback of ours in the job's output.
+                watched = []
             if os.getppid() != parent_pid:
                 _kernel_gone()
 
@@ -211,9 +218,17 @@ def _format_user_traceback(exc: BaseException) -> str:
 
 
 def _failure(exc: BaseException, stage: str, name: str | None = None) -> dict[str, Any]:
-    """The error message: ``stage`` says whose fault it is (our shipping, or the user's code)."""
+    """The error message: ``stage`` says whose fault it is (our shipping, or the user's code).
+
+    The message travels whole once; in the traceback a long one is shortened (the kernel
+    shows the traceback, and 20 MB of it would hang the notebook, twice over).
+    """
+    message = safe_str(exc)
+    formatted = _format_user_traceback(exc)
+    if len(message) > LONG_MESSAGE_CHARS:
+        formatted = formatted.replace(message, shorten_message(message))
     return {"kind": "error", "stage": stage, "name": name, "exc_type": type(exc).__name__,
-            "exc_message": safe_str(exc), "traceback": _format_user_traceback(exc)}
+            "exc_message": message, "traceback": formatted}
 
 
 def _enter_directory(cwd: str | None) -> None:
@@ -280,10 +295,23 @@ def _run_job(conn: Connection, job: dict[str, Any]) -> None:
     started = time.perf_counter()
     failure, first_line_ts = _execute(job, namespace)
     run_s = time.perf_counter() - started
-    sys.stdout.flush()
-    sys.stderr.flush()
+    _flush_quietly()
     sampler.stop()
-    _send(conn, _last_message(job, namespace, failure, run_s, first_line_ts))
+    try:
+        _send(conn, _last_message(job, namespace, failure, run_s, first_line_ts))
+    except OSError:
+        # The job closed the channel's descriptor (os.closerange(3, ...)) or the kernel's end
+        # went away: nothing can go back. The exit code says which to the kernel, no traceback.
+        os._exit(CHANNEL_LOST_EXIT)
+
+
+def _flush_quietly() -> None:
+    """Flush Python's stdout/stderr; the job may have closed fd 1 or 2 under them."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
 
 
 def _adopt_kernel_paths(job: dict[str, Any]) -> None:
@@ -337,8 +365,7 @@ def _serve(conn: Connection, ready: dict[str, Any]) -> None:
     if job.get("kind") == "job":
         _job_directory = job["directory"]
         _run_job(conn, job)
-    sys.stdout.flush()
-    sys.stderr.flush()
+    _flush_quietly()
     # os._exit: skip interpreter teardown (TF's can take seconds); the OS takes everything back.
     os._exit(0)
 
