@@ -296,3 +296,21 @@ def test_a_huge_exception_message_is_shown_once_and_shortened():
     assert shown.count("left out here") == 1, shown[:2000]
     assert len(info.value.exc_message) == 20_000_000  # the whole message is still there
     assert len(info.value.result.error) < 400
+
+
+def test_the_isolation_api_is_reachable_from_the_top_level_lazily():
+    # The README calls prestart_pool() next to kerasmagic.run_isolated(): kerasmagic.prestart_pool
+    # must exist, and reaching it still imports no framework.
+    import subprocess
+    import sys
+
+    code = ("import sys, kerasmagic\n"
+            "assert 'kerasmagic.isolation' not in sys.modules\n"
+            "import kerasmagic.isolation as iso\n"
+            "missing = [n for n in iso.__all__ if getattr(kerasmagic, n, None) is not getattr(iso, n)]\n"
+            "assert not missing, missing\n"
+            "assert set(iso.__all__) <= set(dir(kerasmagic))\n"
+            "print(sorted(m for m in ('numpy', 'tensorflow', 'keras', 'cloudpickle') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
