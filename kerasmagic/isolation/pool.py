@@ -518,7 +518,9 @@ class Template:
         try:
             with open(self.log_path, "wb") as log:
                 self.process = subprocess.Popen(
-                    [sys.executable, "-m", "kerasmagic.isolation.template",
+                    # -c, not -m: runpy would run a second copy of the module the package
+                    # already imported (and warn into the log), two frames deeper.
+                    [sys.executable, "-c", "from kerasmagic.isolation.template import main; main()",
                      "--control-fd", str(child_control.fileno()), "--watch-fd", str(watch_read),
                      "--parent-pid", str(os.getpid()), "--preload", ",".join(self.spec.preload),
                      "--log", self.log_path],

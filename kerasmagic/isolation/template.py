@@ -10,12 +10,15 @@ milliseconds; a fork after a runtime started hangs or fails (TensorFlow's thread
 checks that this still holds (:func:`fork_safety_problem`); when a check fails it refuses,
 the kernel retires it and runs that job in a fresh interpreter instead, saying why.
 
-Started by the pool as ``python -m kerasmagic.isolation.template --control-fd N --watch-fd M
---parent-pid P --preload tensorflow,keras --log PATH``. It is single-threaded on purpose
-(a thread of ours would be one more thing to prove idle at fork time): one ``select`` loop
-over the control socket (fork requests with the job's file descriptors, sent with
-``SCM_RIGHTS``), the kernel's watch pipe (EOF: the kernel is gone) and a SIGCHLD wake-up
-pipe (a child ended: its exit status goes to the kernel, which is not its parent).
+Started by the pool as ``python -c "from kerasmagic.isolation.template import main; main()"
+--control-fd N --watch-fd M --parent-pid P --preload tensorflow,keras --log PATH`` (not ``-m``:
+runpy would run a second copy of this module, which the package has imported already). It is
+single-threaded on purpose (a thread of ours would be one more thing to prove idle at fork
+time): one ``select`` loop over the control socket (fork requests with the job's file
+descriptors, sent with ``SCM_RIGHTS``), the kernel's watch pipe (EOF: the kernel is gone) and
+a SIGCHLD wake-up pipe (a child ended: its exit status goes to the kernel, which is not its
+parent). A forked child leaves that loop by an exception (:class:`ForkedChild`) and runs its
+job from :func:`main`, near the top of the stack.
 """
 
 from __future__ import annotations
@@ -200,6 +203,16 @@ class ForkSafety:
         return "; ".join(problems) or None
 
 
+class ForkedChild(BaseException):
+    """Raised in a forked child, caught by :func:`main`: the child leaves the template's loop
+    (and every frame of it) before it becomes the job. A BaseException, so that the loop's
+    ``except Exception`` (a bad request must not end the template) lets it through."""
+
+    def __init__(self, template: Template, request: dict[str, Any], fds: list[int]) -> None:
+        super().__init__()
+        self.template, self.request, self.fds = template, request, fds
+
+
 def _send(control: socket.socket, message: dict[str, Any]) -> None:
     try:
         control.send(pickle.dumps(message, protocol=5))
@@ -305,16 +318,17 @@ class Template:
                                  "retire": False})
             return
         if pid == 0:
-            try:
-                self.become_job(request, fds)
-            finally:
-                os._exit(70)  # become_job never returns; this is for an exception in it
+            # Out of the loop first (to main()), then the job: it runs near the top of the
+            # stack, and TensorFlow records that stack for every op it creates.
+            raise ForkedChild(self, request, fds)
         _close_fds(fds)
         self.children[pid] = request["directory"]
         _send(self.control, {"kind": "forked", "job_id": job_id, "pid": pid})
 
-    def become_job(self, request: dict[str, Any], fds: list[int]) -> None:
-        """In the child: a session of its own, the job's pipes and environment, then the job."""
+    def become_job(self, request: dict[str, Any], fds: list[int]) -> tuple[int, int, int]:
+        """In the child: a session of its own, the job's pipes and environment; what
+        :func:`~kerasmagic.isolation.child.worker.serve_forked_job` then takes (the job's channel,
+        the kernel's watch pipe, the template's pid)."""
         os.setsid()  # its own process group: the kernel ends everything the job started at once
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
@@ -326,9 +340,7 @@ class Template:
         os.dup2(stderr_fd, 2)
         _close_fds([stdout_fd, stderr_fd])
         os.environ.update(request["env"])
-        from .child import worker  # noqa: PLC0415 - it imports this module; only a forked job runs it
-
-        worker.serve_forked_job(channel_fd, self.watch_fd, os.getppid())
+        return channel_fd, self.watch_fd, os.getppid()
 
     def reap(self) -> None:
         """Report each child that ended, but leave it a zombie until the kernel says "reap".
@@ -440,7 +452,7 @@ def freeze_imports() -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m kerasmagic.isolation.template")
+    parser = argparse.ArgumentParser(prog="kerasmagic.isolation.template")
     parser.add_argument("--control-fd", type=int, required=True)
     parser.add_argument("--watch-fd", type=int, required=True)
     parser.add_argument("--parent-pid", type=int, required=True)
@@ -462,7 +474,20 @@ def main(argv: list[str] | None = None) -> None:
     safety = ForkSafety()
     _send(control, {"kind": "ready", "pid": os.getpid(), "import_s": import_s, "rss_bytes": rss_bytes(),
                     "threads": sorted(name for name, _ in safety.baseline.values())})
-    Template(control, args.watch_fd, args.parent_pid, args.log, safety).serve()
+    child = None
+    try:
+        Template(control, args.watch_fd, args.parent_pid, args.log, safety).serve()  # returns only in a child
+    except ForkedChild as forked:
+        child = forked.template, forked.request, forked.fds
+    # Out of the except block: the job must not run with our exception as its context.
+    if child is not None:
+        template, request, fds = child
+        try:
+            from .child import worker  # noqa: PLC0415 - it imports this module; only a forked job runs it
+
+            worker.serve_forked_job(*template.become_job(request, fds))
+        finally:
+            os._exit(70)  # serve_forked_job never returns; this is for an exception before it
 
 
 if __name__ == "__main__":

@@ -87,6 +87,24 @@ def test_the_workers_own_sampling_imports_nothing_during_a_job():
     assert result.outputs["imported"] == [], result.outputs["imported"]
 
 
+def frame_depth():
+    import sys
+
+    frame, depth = sys._getframe(), 0
+    while frame is not None:
+        frame, depth = frame.f_back, depth + 1
+    return depth
+
+
+def test_a_forked_job_runs_near_the_top_of_the_stack_not_inside_the_templates_loop():
+    # TensorFlow records the Python stack of every op it creates (a traced fit creates
+    # thousands): 10 frames more cost a lesson-5 fold 3.5k page faults. The fork's child leaves
+    # the template's loop before it runs the job.
+    job = run_isolated(frame_depth, quiet=True)
+    assert job.origin == "forked"
+    assert job.value <= 7, job.value
+
+
 def test_a_subprocess_started_by_the_job_does_not_outlive_it():
     result = run_isolated("import subprocess\nchild = subprocess.Popen(['sleep', '300']).pid", quiet=True)
     assert _gone(result.outputs["child"]), "the job's subprocess outlived the job"
