@@ -597,6 +597,9 @@ class KerasMagics(Magics):
                    "started here to try it (ray-local). See docs/scale-out.md.")
     @argument("--address", default=None, metavar="ADDR",
               help="With --isolate --on ray: the Ray cluster's address, e.g. 10.0.0.5:6379.")
+    @argument("--preload", nargs="+", default=None, metavar="MODULE",
+              help="With --isolate: modules the worker's template imports before it forks (e.g. keras), "
+                   "beside those this kernel has imported.")
     @cell_magic
     @output_can_be_silenced
     def fresh_model(self, line: str, cell: str):
@@ -639,7 +642,7 @@ class KerasMagics(Magics):
         isolation_only = [flag for flag, value in (
             ("--in", args.inputs), ("--out", args.outputs), ("--no-return", args.no_return),
             ("--timeout", args.timeout), ("--gpu", args.gpu), ("--env", args.env), ("--on", args.on),
-            ("--address", args.address)) if value]
+            ("--address", args.address), ("--preload", args.preload)) if value]
         if isolation_only and not args.isolate:
             raise UsageError(f"{', '.join(isolation_only)} only work with --isolate; add --isolate to the line")
         if args.isolate and args.names:
@@ -692,6 +695,7 @@ class KerasMagics(Magics):
                     self.shell, cell, inputs=args.inputs, outputs=args.outputs, no_return=args.no_return,
                     timeout=args.timeout, gpu=args.gpu, env=dict(args.env or []), seed=args.seed,
                     quiet=args.quiet, on=args.on, address=args.address, header=f"%%fresh_model {line}",
+                    preload=args.preload,
                 )
         except BaseException as exc:
             # The report so far (wall time, peaks, last output) comes with the error: show it first.

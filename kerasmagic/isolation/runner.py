@@ -155,6 +155,7 @@ class JobRun:
         self.deadline: float | None = None
         self.warning: str | None = None  # issued once the job's process is released
         self.killed_without_result = False  # it ran on after its channel closed, and we ended it
+        self.pool: WorkerPool | None = None  # the pool it was launched from: it learns what the job imports
         result.frameworks = list(spec.preload)
 
     # --- phases ---------------------------------------------------------------------------
@@ -164,6 +165,7 @@ class JobRun:
         self.launched_ts = time.time()
         self.deadline = None if self.timeout is None else self.started + self.timeout
         self.phase = "launching"
+        self.pool = pool
         events.publish("isolated_started", {"job_id": self.result.job_id, "label": self.result.label,
                                             "on": "local", "node": None, "ts": self.launched_ts})
         try:
@@ -205,6 +207,7 @@ class JobRun:
         result = self.result
         result.worker_import_s = message.get("import_s")
         result.child_rss_start_bytes = message.get("rss_bytes")
+        result.template_modules = list(message.get("modules") or [])
         result.wait_s = time.perf_counter() - self.started
         self.run_started = time.perf_counter()
         self.phase = "running"
@@ -314,6 +317,7 @@ class JobRun:
             self.show(message["data"], message.get("metadata") or {})
         elif kind in ("done", "error"):
             self.final = message
+            self._imported(message.get("imported"))
             final_sample = message["final_sample"]
             self._record_sample(final_sample)
             exact_peak = final_sample.get("rss_peak_bytes")
@@ -324,6 +328,18 @@ class JobRun:
             self.result.child_uss_bytes = final_sample.get("uss_bytes")
             if message.get("first_line_ts"):
                 self.result.start_latency_s = max(0.0, message["first_line_ts"] - self.launched_ts)
+
+    def _imported(self, modules: Any) -> None:
+        """The heavy modules the job imported itself: into its report, and taught to the pool,
+        which starts a template that has them for the next jobs. At the job's end, not while it
+        runs: on two cores a second import beside the job's slowed that job by half (6.5 s vs 4.2 s)
+        and saved the next one a second."""
+        if not modules:
+            return
+        known = self.result.job_imported
+        self.result.job_imported = [*known, *(m for m in modules if m not in known)]
+        if self.pool is not None:
+            self.pool.learn(list(modules), self.spec)
 
     def _close_channel(self, selector: selectors.BaseSelector) -> None:
         if self.channel_open and self.worker is not None:

@@ -58,6 +58,9 @@ LATE_ENV = frozenset({
     "XLA_PYTHON_CLIENT_PREALLOCATE", "XLA_PYTHON_CLIENT_MEM_FRACTION", "XLA_PYTHON_CLIENT_ALLOCATOR",
     "PYTORCH_CUDA_ALLOC_CONF",
 })
+#: The heavy modules a template imports when the kernel has them (or a job imported them: the
+#: pool learns), in the order it imports them; what a job imports of these is in its report.
+PRELOADABLE = ("numpy", "pandas", "tensorflow", "tf_keras", "keras", "jax", "torch", "matplotlib.pyplot", "sklearn")
 #: What the CUDA driver API returns before ``cuInit`` (CUDA_ERROR_NOT_INITIALIZED).
 _CUDA_ERROR_NOT_INITIALIZED = 3
 
@@ -232,7 +235,8 @@ class Template:
     """The template's loop; see the module docstring."""
 
     def __init__(self, control: socket.socket, watch_fd: int, parent_pid: int, log_path: str,
-                 safety: ForkSafety) -> None:
+                 safety: ForkSafety, modules: list[str] | None = None) -> None:
+        self.modules = list(modules or [])  # what it was asked to import: a job's report names those it has
         self.control = control
         self.watch_fd = watch_fd
         self.parent_pid = parent_pid
@@ -325,10 +329,10 @@ class Template:
         self.children[pid] = request["directory"]
         _send(self.control, {"kind": "forked", "job_id": job_id, "pid": pid})
 
-    def become_job(self, request: dict[str, Any], fds: list[int]) -> tuple[int, int, int]:
+    def become_job(self, request: dict[str, Any], fds: list[int]) -> tuple[int, int, int, list[str]]:
         """In the child: a session of its own, the job's pipes and environment; what
         :func:`~kerasmagic.isolation.child.worker.serve_forked_job` then takes (the job's channel,
-        the kernel's watch pipe, the template's pid)."""
+        the kernel's watch pipe, the template's pid, the modules the template was asked for)."""
         os.setsid()  # its own process group: the kernel ends everything the job started at once
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
@@ -340,7 +344,7 @@ class Template:
         os.dup2(stderr_fd, 2)
         _close_fds([stdout_fd, stderr_fd])
         os.environ.update(request["env"])
-        return channel_fd, self.watch_fd, os.getppid()
+        return channel_fd, self.watch_fd, os.getppid(), self.modules
 
     def reap(self) -> None:
         """Report each child that ended, but leave it a zombie until the kernel says "reap".
@@ -405,8 +409,13 @@ class Template:
         os._exit(code)
 
 
-def preload(modules: list[str]) -> float:
-    """Import the frameworks; their chatter goes to the log that fd 1 and 2 point at."""
+def preload(modules: list[str], learned: list[str] | tuple[str, ...] = ()) -> float:
+    """Import the frameworks; their chatter goes to the log that fd 1 and 2 point at.
+
+    ``modules`` (the kernel's, and what ``preload=`` asked for) must import; ``learned`` (what
+    earlier jobs imported themselves) are imported if they can be: one that fails is left to
+    the job, with a line in the log, and never fails the template.
+    """
     started = time.perf_counter()
     # Loaded (and timed) with the frameworks, their chatter in the log: display() is patched per job.
     import IPython.core.formatters  # noqa: F401, PLC0415
@@ -415,8 +424,35 @@ def preload(modules: list[str]) -> float:
 
     for name in modules:
         __import__(name)
+    for name in learned:
+        try:
+            __import__(name)
+        except Exception as exc:  # noqa: BLE001 - a learned module is a hint, not a requirement
+            print(f"kerasmagic: learned module {name} did not import here ({type(exc).__name__}: {exc}); "
+                  "the jobs import what they need themselves", file=sys.stderr)
     _preload_worker_probes()
     return time.perf_counter() - started
+
+
+def modules_present(asked: list[str] | tuple[str, ...] = ()) -> list[str]:
+    """The heavy modules (and those ``asked`` for) this process has imported: what a template
+    had for its jobs, what a job found when it started.
+
+    Example:
+        >>> "numpy" in modules_present() or "numpy" not in sys.modules
+        True
+    """
+    return [name for name in dict.fromkeys((*PRELOADABLE, *asked)) if name in sys.modules]
+
+
+def imported_since(before: set[str] | frozenset[str]) -> list[str]:
+    """The heavy modules imported since ``before`` (a copy of ``sys.modules``' keys) was taken.
+
+    Example:
+        >>> imported_since(set(sys.modules))
+        []
+    """
+    return [name for name in PRELOADABLE if name in sys.modules and name not in before]
 
 
 def _preload_worker_probes() -> None:
@@ -457,6 +493,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--watch-fd", type=int, required=True)
     parser.add_argument("--parent-pid", type=int, required=True)
     parser.add_argument("--preload", default="")
+    parser.add_argument("--learned", default="")
     parser.add_argument("--log", required=True)
     args = parser.parse_args(argv)
     set_parent_death_signal()
@@ -464,8 +501,9 @@ def main(argv: list[str] | None = None) -> None:
         os._exit(PARENT_GONE_EXIT)
     control = socket.socket(fileno=args.control_fd)
     modules = [m for m in args.preload.split(",") if m]
+    learned = [m for m in args.learned.split(",") if m]
     try:
-        import_s = preload(modules)
+        import_s = preload(modules, learned)
     except BaseException as exc:  # noqa: BLE001 - the kernel shows the cause, not the log's chatter
         _send(control, {"kind": "failed", "error": f"{type(exc).__name__}: {exc}",
                         "traceback": "".join(traceback.format_exception(exc))})
@@ -473,10 +511,12 @@ def main(argv: list[str] | None = None) -> None:
     freeze_imports()
     safety = ForkSafety()
     _send(control, {"kind": "ready", "pid": os.getpid(), "import_s": import_s, "rss_bytes": rss_bytes(),
-                    "threads": sorted(name for name, _ in safety.baseline.values())})
+                    "threads": sorted(name for name, _ in safety.baseline.values()),
+                    "modules": modules_present(modules + learned)})
     child = None
     try:
-        Template(control, args.watch_fd, args.parent_pid, args.log, safety).serve()  # returns only in a child
+        Template(control, args.watch_fd, args.parent_pid, args.log, safety,
+                 modules + learned).serve()  # returns only in a child
     except ForkedChild as forked:
         child = forked.template, forked.request, forked.fds
     # Out of the except block: the job must not run with our exception as its context.
