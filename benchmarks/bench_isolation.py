@@ -1,6 +1,8 @@
 """Isolation, measured (prints figures; not a test): how close a fresh process per job comes
 to in-process speed now that each job is a fork of a warm template.
 
+- a light driver (a script whose jobs import Keras themselves): the first job's import, the
+  template the pool learns from it, and ``preload=["keras"]``, against the same fit in-process;
 - back-to-back small Keras fits, side by side in one run: in-process vs isolated (target:
   isolated <= 1.15x) vs a bare ``os.fork()`` of a process with the same imports (what our
   worker adds), each with the fit's wall time, CPU and page faults measured inside; with
@@ -264,6 +266,53 @@ def timed_cv_fold(fold: int) -> dict[str, float]:
     return {"fit_s": time.perf_counter() - started, "cpu_s": usage.ru_utime + usage.ru_stime}
 
 
+def light_driver(repeats: int, preload: bool) -> list[tuple[str, str, str]]:
+    """``--light-driver``: this process never imports Keras at the top, as a script whose jobs
+    import it themselves: ``repeats`` back-to-back isolated fits (the pool learns from the
+    first), or with ``prestart_pool(preload=["keras"])`` first; then the same fit in-process."""
+    from kerasmagic.isolation import prestart_pool, run_isolated
+    from kerasmagic.isolation.pool import default_pool
+
+    assert "keras" not in sys.modules and "tensorflow" not in sys.modules
+    if preload:
+        prestart_pool(preload=["keras"])
+        assert default_pool().wait_until_warm(timeout=300)
+    jobs = []
+    for i in range(1, repeats + 1):
+        started = time.perf_counter()
+        result = run_isolated(timed_fit, args=(i,), quiet=True)
+        jobs.append((time.perf_counter() - started, result))
+    first_in_process = _timed(fit_small, 0)  # this process imports Keras and starts TF here
+    warm = statistics.median(_in_process(i)["wall_s"] for i in range(1, repeats + 1))
+    how = "prestart_pool(preload=['keras'])" if preload else "learning"
+    walls = ", ".join(f"{wall:.2f} ({result.worker_state})" for wall, result in jobs)
+    if preload:
+        median = statistics.median(wall for wall, _ in jobs)
+        return [(f"light driver, {how}: every job", f"{median:.2f} s",
+                 f"{median / warm:.2f}x in-process warm; runs {walls}")]
+    later = statistics.median(wall for wall, _ in jobs[2:]) if len(jobs) > 2 else float("nan")
+    return [
+        ("light driver, no preload: job 1", f"{jobs[0][0]:.2f} s",
+         f"imported {', '.join(jobs[0][1].job_imported) or 'nothing'} itself; the pool learned them"),
+        ("light driver: job 2", f"{jobs[1][0]:.2f} s", "waited for the template that imports them"),
+        ("light driver: jobs 3 and later", f"{later:.2f} s",
+         f"{later / warm:.2f}x in-process warm (before learning: each job as job 1); runs {walls}"),
+        ("light driver, in-process: first fit / warm", f"{first_in_process:.2f} s / {warm:.2f} s",
+         "the first one imports Keras and starts TensorFlow"),
+    ]
+
+
+def _light_run(args: argparse.Namespace, preload: bool) -> list[tuple[str, str, str]]:
+    """:func:`light_driver` in a fresh interpreter (this one imported Keras)."""
+    import json
+    import subprocess
+
+    command = [sys.executable, os.path.abspath(__file__), "--light-driver", "--repeats", str(args.repeats)]
+    done = subprocess.run(command + (["--preload-keras"] if preload else []), capture_output=True, text=True,
+                          check=True)
+    return [tuple(row) for row in json.loads(done.stdout.strip().splitlines()[-1])]
+
+
 def lesson5_fold() -> list[tuple[str, str, str]]:
     """Lesson 5's fold in-process (``clear_session()`` before each) and as an ``isolated_map``
     job, one of each per round (the load falls on both alike)."""
@@ -429,11 +478,23 @@ def main() -> None:
     parser.add_argument("--only", nargs="*", help="run only these sections (e.g. --only memory)")
     parser.add_argument("--onednn", choices=("as-is", "off", "both"), default="both",
                         help="back-to-back fits with oneDNN as TF chooses for this CPU, off, or both (default)")
+    parser.add_argument("--light-driver", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--preload-keras", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--bare-forker", help=argparse.SUPPRESS)
     parser.add_argument("--rows-json", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.bare_forker:
         _bare_forker(args.bare_forker)
+        return
+    if args.light_driver:  # before `import keras`: that is the point
+        import json
+
+        from kerasmagic.isolation import shutdown_default_pool as shutdown
+
+        try:
+            print(json.dumps(light_driver(args.repeats, args.preload_keras)))
+        finally:
+            shutdown()
         return
     if args.onednn == "off":
         os.environ["TF_ENABLE_ONEDNN_OPTS"] = "0"
@@ -454,6 +515,8 @@ def main() -> None:
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} cores ({_cpu_model()}), keras {keras.__version__}")
     sections = [("Back-to-back jobs", lambda: back_to_back(args.repeats, extras=args.onednn != "off")
                  + (_off_run(args) if args.onednn == "both" else [])),
+                ("Light driver (a script that never imports Keras itself)",
+                 lambda: _light_run(args, preload=False) + _light_run(args, preload=True)),
                 ("Lesson 5", lesson5_fold),
                 ("Cross-validation", lambda: cross_validation(args.folds)),
                 ("Many jobs", lambda: many_jobs(args.jobs)),
