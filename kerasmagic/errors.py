@@ -89,9 +89,33 @@ def check_timeout(timeout: Any) -> None:
         Traceback (most recent call last):
         ...
         kerasmagic.errors.KerasMagicUsageError: the timeout must be a finite number of seconds > 0, e.g. 600; got nan
+        >>> check_timeout(10**400)
+        Traceback (most recent call last):
+        ...
+        kerasmagic.errors.KerasMagicUsageError: the timeout must be a finite number of seconds > 0, e.g. 600; got a
+        number too large for a float (about 401 digits)
     """
     if timeout is None:
         return
-    if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real) or not math.isfinite(timeout) \
-            or timeout <= 0:
-        raise KerasMagicUsageError(f"the timeout must be a finite number of seconds > 0, e.g. 600; got {timeout!r}")
+    words = "the timeout must be a finite number of seconds > 0, e.g. 600"
+    if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real):
+        raise KerasMagicUsageError(f"{words}; got {timeout!r}")
+    try:
+        seconds = float(timeout)
+    except OverflowError:  # 10**400: an int (or Fraction) no float holds; its repr may be thousands of digits
+        raise KerasMagicUsageError(f"{words}; got a number too large for a float "
+                                   f"(about {_decimal_digits(timeout)} digits)") from None
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise KerasMagicUsageError(f"{words}; got {timeout!r}")
+
+
+def _decimal_digits(number: Any) -> int:
+    """Roughly how many digits ``number`` has before its point, without printing it (``str()`` of
+    an int past 4300 digits raises).
+
+    Example:
+        >>> _decimal_digits(10**400)
+        401
+    """
+    whole = abs(int(number))
+    return max(1, int(whole.bit_length() * math.log10(2)) + 1)

@@ -15,8 +15,8 @@ import keyword
 import re
 from typing import Any
 
-__all__ = ['IPYTHON_NAMES', 'OUTPUT_CACHE_ALIASES', 'ipython_role', 'is_ipython_name', 'is_output_cache_name',
-           'new_variable_name_problem']
+__all__ = ['IPYTHON_NAMES', 'OUTPUT_CACHE_ALIASES', 'ipython_machinery_role', 'ipython_role', 'is_ipython_name',
+           'is_output_cache_name', 'new_variable_name_problem']
 
 #: ``_``, ``__`` and ``___``: IPython's last three outputs.
 OUTPUT_CACHE_ALIASES = ("_", "__", "___")
@@ -45,6 +45,8 @@ IPYTHON_NAMES: dict[str, str] = {
 
 _OUTPUT_NAME = re.compile(r"_[0-9]+")  # _12: Out[12]
 _INPUT_NAME = re.compile(r"_i[0-9]+")  # _i12: In[12]
+#: The history shortcuts IPython rewrites after every cell, ``_N`` and ``_iN`` aside.
+_HISTORY_SHORTCUTS = frozenset({*OUTPUT_CACHE_ALIASES, "_i", "_ii", "_iii"})
 
 
 def is_output_cache_name(name: str) -> bool:
@@ -75,6 +77,24 @@ def ipython_role(name: str) -> str | None:
     if len(name) > 4 and name.startswith("__") and name.endswith("__"):
         return "a module attribute IPython and Python set"
     return None
+
+
+def ipython_machinery_role(name: str) -> str | None:
+    """What IPython keeps in ``name`` when a cell that rebinds it would break IPython itself;
+    None for the user's names and for the history shortcuts.
+
+    ``_oh`` (every later cell with a value fails), ``_dh`` (``%cd``), ``get_ipython`` (every
+    magic), ``In``/``Out``, dunders... The shortcuts ``_``, ``_i``, ``_N``, ``_iN`` are not: a
+    cell binds ``_`` as a throwaway (``for _ in range(3)``), and IPython copes with that (it
+    stops updating a ``_`` the user bound) and rewrites the others after every cell.
+
+    Example:
+        >>> ipython_machinery_role("_oh"), ipython_machinery_role("_"), ipython_machinery_role("_i3")
+        ('its output history', None, None)
+    """
+    if name in _HISTORY_SHORTCUTS or _OUTPUT_NAME.fullmatch(name) or _INPUT_NAME.fullmatch(name):
+        return None
+    return ipython_role(name)
 
 
 def is_ipython_name(name: str, shell: Any = None) -> bool:

@@ -616,6 +616,9 @@ class KerasMagics(Magics):
                    "started here to try it (ray-local). See docs/scale-out.md.")
     @argument("--address", default=None, metavar="ADDR",
               help="With --isolate --on ray: the Ray cluster's address, e.g. 10.0.0.5:6379.")
+    @argument("--preload", nargs="+", default=None, metavar="MODULE",
+              help="With --isolate: modules the worker's template imports before it forks (e.g. keras), "
+                   "beside those this kernel has imported.")
     @cell_magic
     @output_can_be_silenced
     def fresh_model(self, line: str, cell: str):
@@ -658,11 +661,20 @@ class KerasMagics(Magics):
         isolation_only = [flag for flag, value in (
             ("--in", args.inputs), ("--out", args.outputs), ("--no-return", args.no_return),
             ("--timeout", args.timeout), ("--gpu", args.gpu), ("--env", args.env), ("--on", args.on),
-            ("--address", args.address)) if value]
+            ("--address", args.address), ("--preload", args.preload)) if value]
         if isolation_only and not args.isolate:
             raise UsageError(f"{', '.join(isolation_only)} only work with --isolate; add --isolate to the line")
         if args.isolate and args.names:
             raise UsageError("--isolate starts from a fresh process: there is nothing to delete, drop the names")
+        kernel_only = [flag for flag, value in (("--keep-hidden", args.keep_hidden),
+                                                ("--keep-registry", args.keep_registry),
+                                                ("--jax-caches", args.jax_caches)) if value]
+        if args.isolate and kernel_only:
+            one = len(kernel_only) == 1
+            raise UsageError(
+                f"{', '.join(kernel_only)} {'acts' if one else 'act'} on this kernel's own state, in the clean "
+                "%%fresh_model runs before the cell; with --isolate the cell runs in a fresh process and nothing "
+                f"here is cleaned, so {'it' if one else 'they'} would do nothing: drop {'it' if one else 'them'}")
         if args.address is not None and args.on != "ray":
             raise UsageError("--address is the Ray cluster to connect to: use it with --on ray")
         if args.on in ("ray", "ray-local") and args.gpu is not None:
@@ -704,6 +716,7 @@ class KerasMagics(Magics):
                     self.shell, cell, inputs=args.inputs, outputs=args.outputs, no_return=args.no_return,
                     timeout=args.timeout, gpu=args.gpu, env=dict(args.env or []), seed=args.seed,
                     quiet=args.quiet, on=args.on, address=args.address, header=f"%%fresh_model {line}",
+                    preload=args.preload,
                 )
         except BaseException as exc:
             # The report so far (wall time, peaks, last output) comes with the error: show it first.

@@ -15,7 +15,7 @@ from ..probes.process import rss_bytes
 from .cell_names import analyse
 from .errors import IsolationUsageError
 from .gpu_figures import kernel_gpu_figures
-from .pool import worker_spec
+from .pool import check_preload, worker_spec
 from .result import IsolatedResult
 from .runner import Job, run_job
 from .shipping import ShippingError, describe, encode, make_job_directory
@@ -218,7 +218,7 @@ def run_isolated(code_or_function: str | Callable[..., Any], *, inputs: dict[str
                  outputs: list[str] | None = None, args: tuple = (), kwargs: dict[str, Any] | None = None,
                  timeout: float | None = None, gpu: str | int | None = None, env: dict[str, str] | None = None,
                  seed: int | None = None, quiet: bool = False, on: Any = None,
-                 address: str | None = None) -> IsolatedResult:
+                 address: str | None = None, preload: list[str] | None = None) -> IsolatedResult:
     """Run code or a function in a fresh worker process; every byte it used is returned at the end.
 
     A string of code runs with ``inputs`` as its globals; the names it assigns (or only
@@ -239,6 +239,9 @@ def run_isolated(code_or_function: str | Callable[..., Any], *, inputs: dict[str
             node Ray picks; ``OnRay(num_gpus=1, node=...)`` sets its resources and place;
             ``"ray-local"`` starts a local cluster to try it. See docs/scale-out.md.
         address: the Ray cluster's address, with ``on="ray"``.
+        preload: modules the job's template imports before it forks (``["keras"]``), beside the
+            frameworks this process has imported: for a script whose jobs import them
+            themselves. Without it the pool learns them from the first job that imports them.
 
     Raises:
         IsolationUsageError: bad options, or an input that cannot be sent (nothing ran).
@@ -257,6 +260,7 @@ def run_isolated(code_or_function: str | Callable[..., Any], *, inputs: dict[str
     __tracebackhide__ = True
     check_options(timeout, env, outputs, seed)
     check_inputs(inputs)
+    modules = check_preload(preload)
     gpu = check_gpu(gpu)
     target = check_target(on, address, gpu)
     if isinstance(code_or_function, str):
@@ -275,5 +279,5 @@ def run_isolated(code_or_function: str | Callable[..., Any], *, inputs: dict[str
     else:
         raise IsolationUsageError(
             f"run_isolated() takes a string of code or a function, not {type(code_or_function).__name__}")
-    spec = worker_spec(gpu=gpu, env=env)
+    spec = worker_spec(gpu=gpu, env=env, preload=modules)
     return run_job(job, spec, result, timeout=timeout, forward_output=not quiet, on=target)

@@ -14,11 +14,11 @@ from typing import Any
 
 from ..cell_numbers import running_cell_number
 from ..compat import semicolon_at_end_of_expression
-from ..ipython_names import is_ipython_name, new_variable_name_problem
+from ..ipython_names import ipython_machinery_role, is_ipython_name, new_variable_name_problem
 from .api import check_code, check_gpu, check_options, check_target, prepare_job
 from .cell_names import CellNames, analyse, uses_get_ipython
 from .errors import IsolationUsageError
-from .pool import worker_spec
+from .pool import check_preload, worker_spec
 from .result import IsolatedResult
 from .runner import Job, run_job
 
@@ -53,7 +53,7 @@ def cell_inputs(shell, reads: list[str], explicit: list[str]) -> list[str]:
 def run_cell_isolated(shell, cell: str, *, inputs: list[str] | None, outputs: list[str] | None, no_return: bool,
                       timeout: float | None, gpu: str | None, env: dict[str, str], seed: int | None,
                       quiet: bool, on: Any = None, address: str | None = None,
-                      header: str = "%%fresh_model --isolate") -> IsolatedResult:
+                      header: str = "%%fresh_model --isolate", preload: list[str] | None = None) -> IsolatedResult:
     """Run a notebook cell in a fresh worker process and bring the names it assigns back.
 
     The names the cell reads are sent from ``shell.user_ns`` (plus ``inputs``); the names it
@@ -61,7 +61,8 @@ def run_cell_isolated(shell, cell: str, *, inputs: list[str] | None, outputs: li
     Output streams into the cell while it runs; ``display()`` and figures show as usual, and
     so does the last expression's value unless the cell ends with ``;`` (IPython's rule).
     ``quiet`` is the magic's ``-q``: the magic, not this function, displays the report.
-    ``on``/``address`` run it on a Ray cluster, as for :func:`~kerasmagic.isolation.run_isolated`.
+    ``on``/``address`` run it on a Ray cluster and ``preload`` asks its template for modules, as
+    for :func:`~kerasmagic.isolation.run_isolated`.
     ``header`` is the magic's line: line 1 of the cell, as the notebook numbers it, so that
     errors and tracebacks name the lines the user sees.
 
@@ -77,10 +78,12 @@ def run_cell_isolated(shell, cell: str, *, inputs: list[str] | None, outputs: li
     """
     __tracebackhide__ = True
     gpu, target = _check_cell_options(inputs, outputs, no_return, timeout, gpu, env, seed, on, address)
+    modules = check_preload(preload)
     result = IsolatedResult(f"cell [{running_cell_number(shell)}]")
     job = _prepare_cell_job(shell, cell, header, result, inputs=list(inputs or []), outputs=outputs,
                             no_return=no_return, seed=seed)
-    run_job(job, worker_spec(gpu=gpu, env=env), result, timeout=timeout, forward_output=True, on=target)
+    run_job(job, worker_spec(gpu=gpu, env=env, preload=modules), result, timeout=timeout, forward_output=True,
+            on=target)
     shell.user_ns.update(result.outputs)
     return result
 
@@ -121,13 +124,27 @@ def _shows_last_value(cell: str) -> bool:
         return True
 
 
-def _wanted_outputs(names: CellNames, outputs: list[str] | None, no_return: bool) -> tuple[list[str], list[str]]:
-    """The names to bring back, and those of them the cell must have assigned (``--out``)."""
+def _wanted_outputs(names: CellNames, outputs: list[str] | None, no_return: bool,
+                    result: IsolatedResult) -> tuple[list[str], list[str]]:
+    """The names to bring back, and those of them the cell must have assigned (``--out``).
+
+    A name IPython itself needs (``_oh``, ``_dh``, ``get_ipython``...) is not brought back, as
+    ``--out`` and ``--as`` refuse it: put back, it would break every later output display, ``%cd``
+    or magic. ``result.not_returned`` says so, and with it the job's one warning line.
+    """
     if no_return:
         return [], []
     if outputs:
         return list(outputs), list(outputs)
-    return names.assigns, []
+    wanted = []
+    for name in names.assigns:
+        role = ipython_machinery_role(name)
+        if role is None:
+            wanted.append(name)
+        else:
+            result.not_returned[name] = (f"IPython's own ({role}): putting the cell's value there would "
+                                         "break IPython; rename it")
+    return wanted, []
 
 
 def _prepare_cell_job(shell, cell: str, header: str, result: IsolatedResult, *, inputs: list[str],
@@ -143,7 +160,7 @@ def _prepare_cell_job(shell, cell: str, header: str, result: IsolatedResult, *, 
     tree = check_code(code, "the cell", "%%fresh_model", refuse=_refuse_ipython_syntax)
     names = analyse(tree)
     send = cell_inputs(shell, names.reads, inputs)
-    wanted, required = _wanted_outputs(names, outputs, no_return)
+    wanted, required = _wanted_outputs(names, outputs, no_return, result)
     return prepare_job("code", result, hint=_CELL_HINT, inputs={name: shell.user_ns[name] for name in send},
                        code=code, outputs=wanted, required_outputs=required, seed=seed,
                        display_last=_shows_last_value(cell))

@@ -7,12 +7,74 @@ so that the magic can show the report before it re-raises.
 
 from __future__ import annotations
 
+import signal
 from typing import Any
 
 from ..errors import KerasMagicUsageError
 
 __all__ = ['IsolatedCellError', 'IsolatedCrash', 'IsolatedInterrupt', 'IsolatedShippingError', 'IsolatedTimeout',
-           'IsolationUsageError', 'IsolationWarning']
+           'IsolationUsageError', 'IsolationWarning', 'describe_exit', 'shorten_message']
+
+#: Signals a process gets for its own fault, each with what it means: (the noun, the verb phrase).
+_FAULT_SIGNALS: dict[int, tuple[str, str]] = {
+    signal.SIGSEGV: ("segmentation fault", "died of a segmentation fault"),
+    signal.SIGBUS: ("bus error", "died of a bus error"),
+    signal.SIGFPE: ("floating-point exception", "died of a floating-point exception"),
+    signal.SIGILL: ("illegal instruction", "died on an illegal instruction"),
+    signal.SIGABRT: ("abort", "aborted"),
+}
+#: A job's error message longer than this is shortened where it is shown (the whole stays in
+#: ``exc_message``): a 20 MB message printed into a cell (twice, with its traceback) hangs the browser.
+LONG_MESSAGE_CHARS = 4000
+
+
+def describe_exit(code: int | None, *, verb: bool = False) -> str:
+    """A process's end in words, from its exit status (negative: the signal that ended it).
+
+    ``verb`` gives the phrase that follows "the worker ..." in a sentence; without, the short
+    form a summary row shows.
+
+    Example:
+        >>> describe_exit(3), describe_exit(-9), describe_exit(-11)
+        ('exited with code 3', 'killed by signal 9 (SIGKILL)', 'segmentation fault (signal 11, SIGSEGV)')
+        >>> describe_exit(-9, verb=True), describe_exit(-11, verb=True)
+        ('was killed by signal 9 (SIGKILL)', 'died of a segmentation fault (signal 11, SIGSEGV)')
+    """
+    if code is None:
+        return "ended, its exit status unknown"
+    if code >= 0:
+        return f"exited with code {code}"
+    number = -code
+    try:
+        name = signal.Signals(number).name
+    except ValueError:
+        name = ""
+    which = f"signal {number}, {name}" if name else f"signal {number}"
+    if number in _FAULT_SIGNALS:
+        noun, phrase = _FAULT_SIGNALS[number]
+        return f"{phrase if verb else noun} ({which})"
+    named = f"signal {number} ({name})" if name else f"signal {number}"
+    return f"{'was ' if verb else ''}killed by {named}"
+
+
+def shorten_message(text: str, limit: int = LONG_MESSAGE_CHARS) -> str:
+    """``text`` as shown in a cell: whole up to ``limit`` characters, else its start and end
+    around a note of what was left out (the whole is in the exception's ``exc_message``).
+
+    Example:
+        >>> shorten_message("short")
+        'short'
+        >>> print(shorten_message("a" * 30 + "z" * 30, limit=20))
+        aaaaaaaaaaaaaaa
+        … [40 of its 60 characters left out here; exc_message holds all of them] …
+        zzzzz
+    """
+    if len(text) <= limit:
+        return text
+    head, tail = text[:limit * 3 // 4], text[-(limit // 4):]
+    left_out = len(text) - len(head) - len(tail)
+    return f"{head}\n… [{left_out:,} of its {len(text):,} characters left out here; exc_message holds all of them] …" \
+           f"\n{tail}"
 
 
 class _ShownWithoutOurFrames:

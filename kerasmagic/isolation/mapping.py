@@ -23,7 +23,7 @@ from ..tables import Report, Section, format_bytes
 from .api import check_gpu, check_options, check_target, encode_named
 from .errors import IsolatedInterrupt, IsolationUsageError
 from .gpu_figures import kernel_gpu_figures
-from .pool import default_pool, worker_spec
+from .pool import check_preload, default_pool, worker_spec
 from .result import IsolatedResult, add_kernel_gpu_rows
 from .runner import Job, JobRun, drive
 from .shipping import make_job_directory
@@ -101,7 +101,7 @@ class IsolatedMapResult(Report, Sequence):
             gpu = max(job.child_gpu_peak.values(), default=None)
             gpu_text = f", GPU {format_bytes(gpu)}" if gpu else ""
             how = {"warm": "forked", "starting": "forked", "cold": "forked, first"}.get(job.worker_state, "fresh")
-            status = job.status if job.status == "ok" else f"{job.status}: {job.error or job.status}"
+            status = f"{job.status}: {job.error}" if job.status != "ok" and job.error else job.status
             where = f" on {job.node.get('ip', '?')}/{str(job.node.get('node_id', ''))[:6]}" if job.node else ""
             jobs.add(f"[{index}] {_short(self.items[index])}", f"{job.wall_s:.2f} s",
                      f"{status}; RSS peak {peak}{gpu_text}; {how}{where}")
@@ -113,6 +113,10 @@ class IsolatedMapResult(Report, Sequence):
                   if job.returned_on_gpu.get("value")]
         if on_gpu:
             kernel.notes.append(f"on the kernel's GPU now, values brought back: {'; '.join(on_gpu)}")
+        imported = [f"[{index}] imported {', '.join(job.job_imported)} itself" for index, job in enumerate(self.jobs)
+                    if job.job_imported]
+        if imported:
+            kernel.notes.append(f"{'; '.join(imported)}: the templates after it import those first")
         kernel.notes.extend(self.notes)
         return [jobs, kernel]
 
@@ -234,7 +238,7 @@ def _check_map_options(fn: Any, workers: Any, on_error: Any) -> None:
 def isolated_map(fn: Callable[[Any], Any], items: Iterable[Any], *, workers: int = 1, timeout: float | None = None,
                  gpu: Any = None, env: dict[str, str] | None = None, seed: int | None = None,
                  on_error: str = "raise", quiet: bool = False, progress: bool = True, on: Any = None,
-                 address: str | None = None) -> IsolatedMapResult:
+                 address: str | None = None, preload: list[str] | None = None) -> IsolatedMapResult:
     """Call ``fn(item)`` for every item, each call in a fresh process; values in input order.
 
     Each call is a fork of the warm template (the frameworks are imported once, not per
@@ -259,6 +263,9 @@ def isolated_map(fn: Callable[[Any], Any], items: Iterable[Any], *, workers: int
             time, each a fork of a warm template on the node Ray picks; ``fn`` and what it
             refers to go up to the object store once. See :func:`run_isolated`.
         address: the Ray cluster's address, with ``on="ray"``.
+        preload: modules every call's template imports first (``["keras"]``), as in
+            :func:`run_isolated`; without it, what the first calls import themselves is
+            imported first for the later ones.
 
     Raises:
         IsolationUsageError: bad options or an item that cannot be sent; nothing ran.
@@ -275,6 +282,7 @@ def isolated_map(fn: Callable[[Any], Any], items: Iterable[Any], *, workers: int
     __tracebackhide__ = True
     _check_map_options(fn, workers, on_error)
     check_options(timeout, env, None, seed)
+    modules = check_preload(preload)
     target = check_target(on, address, gpu)
     items = list(items)
     gpus = _gpu_plan(gpu, len(items))
@@ -311,7 +319,7 @@ def isolated_map(fn: Callable[[Any], Any], items: Iterable[Any], *, workers: int
                 raise
             job = Job("function", directory, call=call, seed=seed)
             prefix = f"[{index}] " if at_once > 1 else ""
-            runs.append(JobRun(job, worker_spec(gpu=gpus[index], env=env), result, timeout=timeout,
+            runs.append(JobRun(job, worker_spec(gpu=gpus[index], env=env, preload=modules), result, timeout=timeout,
                                forward_output=not quiet, prefix=prefix))
     except BaseException:
         for run in runs:

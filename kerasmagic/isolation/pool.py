@@ -20,6 +20,7 @@ Example:
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import glob
 import itertools
 import logging
@@ -45,14 +46,16 @@ from typing import Any
 from ..probes.availability import Unavailable
 from ..probes.process import pid_exists
 from .errors import IsolationUsageError
-from .template import LATE_ENV, MAX_CONTROL_BYTES
+from .template import LATE_ENV, MAX_CONTROL_BYTES, PRELOADABLE
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_IDLE_TIMEOUT_S = 600.0
 
 #: Heavy modules a template imports up front when the kernel has them imported.
-_PRELOADABLE = ("numpy", "pandas", "tensorflow", "tf_keras", "keras", "jax", "torch", "matplotlib.pyplot", "sklearn")
+_PRELOADABLE = PRELOADABLE
+#: ``preload=[...]``: dotted module names.
+_MODULE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*$")
 _MPL_BACKEND = "module://kerasmagic.isolation.child.mpl_backend"
 #: Variables that change by themselves (pytest sets one per test) and mean nothing to TF:
 #: a template started under another value of these is still the right template.
@@ -81,6 +84,9 @@ class WorkerSpec:
     every other variable is read at import time, and a job that changes one needs a
     template of its own.
 
+    ``preload`` must import (the kernel's frameworks, ``preload=[...]``); ``learned`` are what
+    earlier jobs imported themselves (:meth:`WorkerPool.learn`), imported where they can be.
+
     Example:
         >>> spec = WorkerSpec(("numpy",), (("CUDA_VISIBLE_DEVICES", "1"), ("HOME", "/root")))
         >>> spec.template_env(), spec.late_env()
@@ -89,6 +95,7 @@ class WorkerSpec:
 
     preload: tuple[str, ...]
     env: tuple[tuple[str, str], ...]
+    learned: tuple[str, ...] = ()
 
     def template_env(self) -> tuple[tuple[str, str], ...]:
         return tuple((k, v) for k, v in self.env if k not in LATE_ENV)
@@ -101,8 +108,13 @@ class WorkerSpec:
         return self.template_env() == needed.template_env()
 
     def covers(self, needed: WorkerSpec) -> bool:
-        """Same import-time environment and every module the job's kernel has is imported."""
-        return self.can_run(needed) and set(self.preload) >= set(needed.preload)
+        """Same import-time environment and every module the job needs (its kernel's, those asked
+        for, those learned) is imported."""
+        return self.can_run(needed) and set(self.modules()) >= set(needed.modules())
+
+    def modules(self) -> tuple[str, ...]:
+        """Everything a template for this spec imports: ``preload``, then ``learned``."""
+        return (*self.preload, *(m for m in self.learned if m not in self.preload))
 
 
 def detect_preload() -> tuple[str, ...]:
@@ -127,8 +139,33 @@ def _keras_backend(keras: Any) -> str | None:
         return None
 
 
-def worker_spec(gpu: str | None = None, env: dict[str, str] | None = None) -> WorkerSpec:
-    """The spec a job needs now: this kernel's environment, its frameworks, plus overrides.
+def check_preload(preload: Any) -> tuple[str, ...]:
+    """``preload=[...]``: module names a template must import before it forks (empty: None).
+
+    Example:
+        >>> check_preload(["keras", "sklearn.ensemble"])
+        ('keras', 'sklearn.ensemble')
+        >>> check_preload("keras")
+        Traceback (most recent call last):
+        ...
+        kerasmagic.isolation.errors.IsolationUsageError: preload takes a list of module names, e.g.
+        preload=['keras']; got 'keras'
+    """
+    if preload is None:
+        return ()
+    if isinstance(preload, str) or not isinstance(preload, (list, tuple)):
+        raise IsolationUsageError(f"preload takes a list of module names, e.g. preload=['keras']; got {preload!r}")
+    for name in preload:
+        if not isinstance(name, str) or not _MODULE_NAME.match(name):
+            raise IsolationUsageError(f"preload takes module names as `import` takes them (e.g. 'keras', "
+                                      f"'sklearn.ensemble'); {name!r} is not a module name")
+    return tuple(dict.fromkeys(preload))
+
+
+def worker_spec(gpu: str | None = None, env: dict[str, str] | None = None,
+                preload: tuple[str, ...] = ()) -> WorkerSpec:
+    """The spec a job needs now: this kernel's environment, its frameworks (and ``preload``, already
+    checked by :func:`check_preload`), plus overrides.
 
     Example:
         >>> worker_spec(gpu="1", env={"TF_GPU_ALLOCATOR": "cuda_malloc_async"}).late_env()["CUDA_VISIBLE_DEVICES"]
@@ -143,7 +180,7 @@ def worker_spec(gpu: str | None = None, env: dict[str, str] | None = None) -> Wo
     if gpu is not None:
         environment["CUDA_VISIBLE_DEVICES"] = str(gpu)
     stable = {k: v for k, v in environment.items() if k not in _VOLATILE_ENV}
-    return WorkerSpec(detect_preload(), tuple(sorted(stable.items())))
+    return WorkerSpec(tuple(dict.fromkeys((*detect_preload(), *preload))), tuple(sorted(stable.items())))
 
 
 def _process_env(env: tuple[tuple[str, str], ...]) -> dict[str, str]:
@@ -456,7 +493,8 @@ def _spawn_fresh(spec: WorkerSpec) -> FreshWorker:
         process = subprocess.Popen(
             [sys.executable, "-m", "kerasmagic.isolation.child.worker",
              "--channel-fd", str(child_sock.fileno()), "--watch-fd", str(watch_read),
-             "--parent-pid", str(os.getpid()), "--preload", ",".join(spec.preload), "--warmup-log", log_path],
+             "--parent-pid", str(os.getpid()), "--preload", ",".join(spec.preload),
+             "--learned", ",".join(spec.learned), "--warmup-log", log_path],
             pass_fds=(child_sock.fileno(), watch_read),
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             env=_process_env(spec.env), cwd=_safe_cwd(),
@@ -518,9 +556,12 @@ class Template:
         try:
             with open(self.log_path, "wb") as log:
                 self.process = subprocess.Popen(
-                    [sys.executable, "-m", "kerasmagic.isolation.template",
+                    # -c, not -m: runpy would run a second copy of the module the package
+                    # already imported (and warn into the log), two frames deeper.
+                    [sys.executable, "-c", "from kerasmagic.isolation.template import main; main()",
                      "--control-fd", str(child_control.fileno()), "--watch-fd", str(watch_read),
                      "--parent-pid", str(os.getpid()), "--preload", ",".join(self.spec.preload),
+                     "--learned", ",".join(self.spec.learned),
                      "--log", self.log_path],
                     pass_fds=(child_control.fileno(), watch_read),
                     stdin=subprocess.DEVNULL, stdout=log, stderr=log,
@@ -795,10 +836,12 @@ class WorkerPool:
     """
 
     def __init__(self, size: int | None = None, idle_timeout: float = DEFAULT_IDLE_TIMEOUT_S,
-                 fork: bool = True) -> None:
+                 fork: bool = True, learn: bool = True) -> None:
         self.size = size if size is not None else default_size()
         self.idle_timeout = idle_timeout
         self.fork = fork
+        self.learning = learn
+        self._learned: list[str] = []  # heavy modules jobs imported themselves, in PRELOADABLE order
         self._lock = threading.Lock()
         self._templates: list[Template] = []
         self._ending: list[Template] = []  # retired, waiting for their children
@@ -810,7 +853,7 @@ class WorkerPool:
         sweep_orphans()
 
     def configure(self, *, size: int | None = None, idle_timeout: float | None = None,
-                  fork: bool | None = None) -> None:
+                  fork: bool | None = None, learn: bool | None = None) -> None:
         """Change the limit on jobs at once, the templates' idle timeout or forking (None: keep).
 
         Running jobs and templates carry on; what changed applies to the next launch and
@@ -830,6 +873,40 @@ class WorkerPool:
                 self.idle_timeout = idle_timeout
             if fork is not None:
                 self.fork = fork
+            if learn is not None:
+                self.learning = learn
+                if not learn:
+                    self._learned = []
+
+    # --- what jobs teach it ---------------------------------------------------------------
+
+    def learn(self, modules: list[str], spec: WorkerSpec) -> list[str]:
+        """A job (run for ``spec``) imported ``modules`` itself: the next templates import the heavy
+        ones first, and one is started now, while that job still runs. Returns what was new.
+
+        Only :data:`~kerasmagic.isolation.template.PRELOADABLE` modules are learned, and a
+        template imports them where it can (a failure is the job's to meet, never the template's).
+        ``configure_pool(learn=False)`` turns it off.
+        """
+        with self._lock:
+            if not self.learning:
+                return []
+            known = set(self._learned) | set(spec.preload)
+            new = [m for m in modules if m in PRELOADABLE and m not in known]
+            if not new:
+                return []
+            self._learned = [m for m in PRELOADABLE if m in self._learned or m in new]
+        logger.info("kerasmagic: isolated jobs imported %s themselves; the next templates import them first",
+                    ", ".join(new))
+        if self.fork:
+            self.prestart(spec)
+        return new
+
+    def with_learned(self, spec: WorkerSpec) -> WorkerSpec:
+        """``spec`` with what this pool has learned (:meth:`learn`) as its ``learned`` modules."""
+        with self._lock:
+            learned = tuple(m for m in (*spec.learned, *self._learned) if m not in spec.preload)
+        return dataclasses.replace(spec, learned=tuple(dict.fromkeys(learned)))
 
     # --- the pool thread: every process is started here --------------------------------
 
@@ -921,7 +998,11 @@ class WorkerPool:
         return template, "cold"
 
     def launch(self, spec: WorkerSpec, directory: str) -> Launch:
-        """Start getting a process for one job (never blocks): see :class:`Launch`."""
+        """Start getting a process for one job (never blocks): see :class:`Launch`.
+
+        The process imports what ``spec`` asks and what earlier jobs taught the pool (:meth:`learn`).
+        """
+        spec = self.with_learned(spec)
         launch = Launch()
         if not self.fork:
             launch.state, launch.note = "fresh", "forking is off (configure_pool(fork=True) turns it on)"
@@ -1035,11 +1116,11 @@ class WorkerPool:
     def prestart(self, spec: WorkerSpec | None = None) -> None:
         """Start the template now (e.g. before a CV loop) instead of on the first job."""
         if self.fork:
-            self._template_for(spec or worker_spec())
+            self._template_for(self.with_learned(spec or worker_spec()))
 
     def wait_until_warm(self, spec: WorkerSpec | None = None, timeout: float = 120.0) -> bool:
         """Block until the template for ``spec`` has imported everything; False on timeout or failure."""
-        spec = spec or worker_spec()
+        spec = self.with_learned(spec or worker_spec())
         with self._lock:
             usable = [t for t in self._templates if t.spec.covers(spec) and t.state in ("starting", "ready")]
         if not usable:
@@ -1076,7 +1157,8 @@ class WorkerPool:
             []
         """
         with self._lock:
-            return [{"pid": t.pid, "state": t.state, "preload": list(t.spec.preload)} for t in self._templates]
+            return [{"pid": t.pid, "state": t.state, "preload": list(t.spec.preload), "learned": list(t.spec.learned)}
+                    for t in self._templates]
 
     def template_pids(self) -> list[int]:
         """PIDs of the templates that take jobs now."""
@@ -1103,7 +1185,7 @@ class WorkerPool:
 
 _default_pool: WorkerPool | None = None
 _default_lock = threading.Lock()
-_settings: dict[str, Any] = {"size": None, "idle_timeout": DEFAULT_IDLE_TIMEOUT_S, "fork": True}
+_settings: dict[str, Any] = {"size": None, "idle_timeout": DEFAULT_IDLE_TIMEOUT_S, "fork": True, "learn": True}
 
 
 def default_pool() -> WorkerPool:
@@ -1115,12 +1197,14 @@ def default_pool() -> WorkerPool:
         return _default_pool
 
 
-def configure_pool(size: int | None = None, idle_timeout: float | None = None, fork: bool | None = None) -> None:
-    """Set how many isolated jobs may run at once, the template's idle timeout, and forking.
+def configure_pool(size: int | None = None, idle_timeout: float | None = None, fork: bool | None = None,
+                   learn: bool | None = None) -> None:
+    """Set how many isolated jobs may run at once, the template's idle timeout, forking and learning.
 
     ``size`` defaults to the number of CPU cores. ``fork=False`` runs every job in a fresh
     interpreter (each pays the framework import): the escape hatch should a framework ever
-    misbehave in a forked child.
+    misbehave in a forked child. ``learn=False`` stops templates from importing first what
+    earlier jobs imported themselves (and forgets what they taught).
 
     Example:
         >>> configure_pool(size=2, idle_timeout=120)
@@ -1133,6 +1217,8 @@ def configure_pool(size: int | None = None, idle_timeout: float | None = None, f
             f"idle_timeout is a number of seconds > 0 (e.g. idle_timeout=600), got {idle_timeout!r}")
     if fork is not None and not isinstance(fork, bool):
         raise IsolationUsageError(f"fork takes True or False, got {fork!r}")
+    if learn is not None and not isinstance(learn, bool):
+        raise IsolationUsageError(f"learn takes True or False, got {learn!r}")
     with _default_lock:
         if size is not None:
             _settings["size"] = size
@@ -1140,23 +1226,27 @@ def configure_pool(size: int | None = None, idle_timeout: float | None = None, f
             _settings["idle_timeout"] = float(idle_timeout)
         if fork is not None:
             _settings["fork"] = fork
+        if learn is not None:
+            _settings["learn"] = learn
         if _default_pool is not None:
             _default_pool.configure(size=_settings["size"] if _settings["size"] is not None else default_size(),
-                                    idle_timeout=_settings["idle_timeout"], fork=_settings["fork"])
+                                    idle_timeout=_settings["idle_timeout"], fork=_settings["fork"],
+                                    learn=learn)
 
 
-def prestart_pool(gpu: str | None = None, env: dict[str, str] | None = None) -> None:
+def prestart_pool(gpu: str | None = None, env: dict[str, str] | None = None, preload: Any = None) -> None:
     """Start the template now, so that the first isolated job is a fork of a warm one.
 
     Call it after importing your frameworks and before the loop: the template imports them
-    while your other cells run.
+    while your other cells run. ``preload=["keras"]`` has it import modules this process has
+    not imported (a script whose jobs import Keras themselves).
 
     Example:
         >>> import keras                                        # doctest: +SKIP
         >>> prestart_pool()                                     # doctest: +SKIP
         >>> scores = isolated_map(fold, range(5)).values        # doctest: +SKIP
     """
-    default_pool().prestart(worker_spec(gpu=gpu, env=env))
+    default_pool().prestart(worker_spec(gpu=gpu, env=env, preload=check_preload(preload)))
 
 
 def shutdown_default_pool() -> None:

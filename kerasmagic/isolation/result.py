@@ -11,6 +11,7 @@ from ..probes.availability import Unavailable
 from ..probes.sample import is_count, keep_largest
 from ..records import NOT_WIRE, Record, wire
 from ..tables import Report, Section, format_bytes
+from .errors import describe_exit
 
 __all__ = ['IsolatedHistory', 'IsolatedResult', 'ShippedName', 'add_kernel_gpu_rows']
 
@@ -104,6 +105,10 @@ class IsolatedResult(Record, Report):
     worker_pid: int | None = None
     worker_import_s: float | None = None
     frameworks: list[str] = field(default_factory=list)
+    #: The heavy modules the job's process had imported when the job began (the template's), and
+    #: those the job imported itself (the pool's next templates import them first).
+    template_modules: list[str] = field(default_factory=list)
+    job_imported: list[str] = field(default_factory=list)
     exit_code: int | None = None
     signal_name: str | None = None
     child_rss_start_bytes: int | None = None
@@ -222,6 +227,7 @@ class IsolatedResult(Record, Report):
             "fresh": f"fresh interpreter, it paid the import ({self.worker_note})",
         }.get(self.worker_state, self.worker_state)
         time_section.add("waiting for a worker", f"{self.wait_s:.2f} s", worker_note)
+        time_section.notes.extend(self._import_notes())
         latency = f"; first line {self.start_latency_s * 1000:.0f} ms after the fork was asked for" \
             if self.start_latency_s is not None and self.worker_state == "warm" else ""
         time_section.add("running", f"{self.run_s:.2f} s", f"worker pid {self.worker_pid}{latency}")
@@ -248,7 +254,7 @@ class IsolatedResult(Record, Report):
         for device, peak in sorted(self.child_gpu_peak.items()):
             child.add(f"{device} peak", format_bytes(peak), self._nvml_peak_source())
         if self.signal_name or (self.exit_code not in (None, 0)):
-            child.add("ended by", self.signal_name or f"exit code {self.exit_code}", "")
+            child.add("ended by", self.signal_name or f"exit code {self.exit_code}", describe_exit(self.exit_code))
 
         kernel = Section("Kernel")
         kernel.add("RSS change", format_bytes(self.kernel_rss_delta_bytes, signed=True),
@@ -269,6 +275,18 @@ class IsolatedResult(Record, Report):
         for name, why in self.not_returned.items():
             shipped.notes.append(f"not brought back: {name} ({why})")
         return [*sections, shipped]
+
+    def _import_notes(self) -> list[str]:
+        """What the job's process had imported when the job began, and what the job imported itself."""
+        notes = []
+        if self.worker_pid is not None and self.template_modules:
+            whose = "the template" if self.origin == "forked" else "the fresh worker"
+            notes.append(f"{whose} had imported {', '.join(self.template_modules)}")
+        if self.job_imported:
+            it = "it" if len(self.job_imported) == 1 else "them"
+            notes.append(f"the job imported {', '.join(self.job_imported)} itself: later templates import {it} "
+                         "first (configure_pool(learn=False) to stop), or ask for it up front with preload=[...]")
+        return notes
 
     def _allocator_rows(self, child: Section) -> None:
         """torch's and JAX's own peaks in the worker, per device."""

@@ -10,18 +10,22 @@ milliseconds; a fork after a runtime started hangs or fails (TensorFlow's thread
 checks that this still holds (:func:`fork_safety_problem`); when a check fails it refuses,
 the kernel retires it and runs that job in a fresh interpreter instead, saying why.
 
-Started by the pool as ``python -m kerasmagic.isolation.template --control-fd N --watch-fd M
---parent-pid P --preload tensorflow,keras --log PATH``. It is single-threaded on purpose
-(a thread of ours would be one more thing to prove idle at fork time): one ``select`` loop
-over the control socket (fork requests with the job's file descriptors, sent with
-``SCM_RIGHTS``), the kernel's watch pipe (EOF: the kernel is gone) and a SIGCHLD wake-up
-pipe (a child ended: its exit status goes to the kernel, which is not its parent).
+Started by the pool as ``python -c "from kerasmagic.isolation.template import main; main()"
+--control-fd N --watch-fd M --parent-pid P --preload tensorflow,keras --log PATH`` (not ``-m``:
+runpy would run a second copy of this module, which the package has imported already). It is
+single-threaded on purpose (a thread of ours would be one more thing to prove idle at fork
+time): one ``select`` loop over the control socket (fork requests with the job's file
+descriptors, sent with ``SCM_RIGHTS``), the kernel's watch pipe (EOF: the kernel is gone) and
+a SIGCHLD wake-up pipe (a child ended: its exit status goes to the kernel, which is not its
+parent). A forked child leaves that loop by an exception (:class:`ForkedChild`) and runs its
+job from :func:`main`, near the top of the stack.
 """
 
 from __future__ import annotations
 
 import argparse
 import ctypes
+import gc
 import os
 import pickle
 import select
@@ -41,6 +45,9 @@ from ..probes.process import rss_bytes
 
 #: Exit status of a template (or forked child) that found the kernel gone.
 PARENT_GONE_EXIT = 75
+#: Exit status of a job's process that could not send its last message: the job closed the
+#: channel's descriptor (``os.closerange``), so nothing it made can go back.
+CHANNEL_LOST_EXIT = 74
 #: The largest control message (a fork request: the job's environment and folder).
 MAX_CONTROL_BYTES = 1 << 20
 #: Environment variables that no framework reads at import time, only when its runtime or
@@ -51,6 +58,9 @@ LATE_ENV = frozenset({
     "XLA_PYTHON_CLIENT_PREALLOCATE", "XLA_PYTHON_CLIENT_MEM_FRACTION", "XLA_PYTHON_CLIENT_ALLOCATOR",
     "PYTORCH_CUDA_ALLOC_CONF",
 })
+#: The heavy modules a template imports when the kernel has them (or a job imported them: the
+#: pool learns), in the order it imports them; what a job imports of these is in its report.
+PRELOADABLE = ("numpy", "pandas", "tensorflow", "tf_keras", "keras", "jax", "torch", "matplotlib.pyplot", "sklearn")
 #: What the CUDA driver API returns before ``cuInit`` (CUDA_ERROR_NOT_INITIALIZED).
 _CUDA_ERROR_NOT_INITIALIZED = 3
 
@@ -196,6 +206,16 @@ class ForkSafety:
         return "; ".join(problems) or None
 
 
+class ForkedChild(BaseException):
+    """Raised in a forked child, caught by :func:`main`: the child leaves the template's loop
+    (and every frame of it) before it becomes the job. A BaseException, so that the loop's
+    ``except Exception`` (a bad request must not end the template) lets it through."""
+
+    def __init__(self, template: Template, request: dict[str, Any], fds: list[int]) -> None:
+        super().__init__()
+        self.template, self.request, self.fds = template, request, fds
+
+
 def _send(control: socket.socket, message: dict[str, Any]) -> None:
     try:
         control.send(pickle.dumps(message, protocol=5))
@@ -215,7 +235,8 @@ class Template:
     """The template's loop; see the module docstring."""
 
     def __init__(self, control: socket.socket, watch_fd: int, parent_pid: int, log_path: str,
-                 safety: ForkSafety) -> None:
+                 safety: ForkSafety, modules: list[str] | None = None) -> None:
+        self.modules = list(modules or [])  # what it was asked to import: a job's report names those it has
         self.control = control
         self.watch_fd = watch_fd
         self.parent_pid = parent_pid
@@ -292,6 +313,7 @@ class Template:
             return
         sys.stdout.flush()
         sys.stderr.flush()
+        gc.freeze()  # what the template made since (its messages): the job's collections skip it too
         try:
             pid = os.fork()
         except OSError as exc:  # ENOMEM, EAGAIN (ulimit -u): this job runs fresh, the others go on
@@ -300,16 +322,17 @@ class Template:
                                  "retire": False})
             return
         if pid == 0:
-            try:
-                self.become_job(request, fds)
-            finally:
-                os._exit(70)  # become_job never returns; this is for an exception in it
+            # Out of the loop first (to main()), then the job: it runs near the top of the
+            # stack, and TensorFlow records that stack for every op it creates.
+            raise ForkedChild(self, request, fds)
         _close_fds(fds)
         self.children[pid] = request["directory"]
         _send(self.control, {"kind": "forked", "job_id": job_id, "pid": pid})
 
-    def become_job(self, request: dict[str, Any], fds: list[int]) -> None:
-        """In the child: a session of its own, the job's pipes and environment, then the job."""
+    def become_job(self, request: dict[str, Any], fds: list[int]) -> tuple[int, int, int, list[str]]:
+        """In the child: a session of its own, the job's pipes and environment; what
+        :func:`~kerasmagic.isolation.child.worker.serve_forked_job` then takes (the job's channel,
+        the kernel's watch pipe, the template's pid, the modules the template was asked for)."""
         os.setsid()  # its own process group: the kernel ends everything the job started at once
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
@@ -321,9 +344,7 @@ class Template:
         os.dup2(stderr_fd, 2)
         _close_fds([stdout_fd, stderr_fd])
         os.environ.update(request["env"])
-        from .child import worker  # noqa: PLC0415 - it imports this module; only a forked job runs it
-
-        worker.serve_forked_job(channel_fd, self.watch_fd, os.getppid())
+        return channel_fd, self.watch_fd, os.getppid(), self.modules
 
     def reap(self) -> None:
         """Report each child that ended, but leave it a zombie until the kernel says "reap".
@@ -388,8 +409,13 @@ class Template:
         os._exit(code)
 
 
-def preload(modules: list[str]) -> float:
-    """Import the frameworks; their chatter goes to the log that fd 1 and 2 point at."""
+def preload(modules: list[str], learned: list[str] | tuple[str, ...] = ()) -> float:
+    """Import the frameworks; their chatter goes to the log that fd 1 and 2 point at.
+
+    ``modules`` (the kernel's, and what ``preload=`` asked for) must import; ``learned`` (what
+    earlier jobs imported themselves) are imported if they can be: one that fails is left to
+    the job, with a line in the log, and never fails the template.
+    """
     started = time.perf_counter()
     # Loaded (and timed) with the frameworks, their chatter in the log: display() is patched per job.
     import IPython.core.formatters  # noqa: F401, PLC0415
@@ -398,15 +424,76 @@ def preload(modules: list[str]) -> float:
 
     for name in modules:
         __import__(name)
+    for name in learned:
+        try:
+            __import__(name)
+        except Exception as exc:  # noqa: BLE001 - a learned module is a hint, not a requirement
+            print(f"kerasmagic: learned module {name} did not import here ({type(exc).__name__}: {exc}); "
+                  "the jobs import what they need themselves", file=sys.stderr)
+    _preload_worker_probes()
     return time.perf_counter() - started
 
 
+def modules_present(asked: list[str] | tuple[str, ...] = ()) -> list[str]:
+    """The heavy modules (and those ``asked`` for) this process has imported: what a template
+    had for its jobs, what a job found when it started.
+
+    Example:
+        >>> "numpy" in modules_present() or "numpy" not in sys.modules
+        True
+    """
+    return [name for name in dict.fromkeys((*PRELOADABLE, *asked)) if name in sys.modules]
+
+
+def imported_since(before: set[str] | frozenset[str]) -> list[str]:
+    """The heavy modules imported since ``before`` (a copy of ``sys.modules``' keys) was taken.
+
+    Example:
+        >>> imported_since(set(sys.modules))
+        []
+    """
+    return [name for name in PRELOADABLE if name in sys.modules and name not in before]
+
+
+def _preload_worker_probes() -> None:
+    """What a job's own sampling imports, imported once here instead of in every job.
+
+    With TensorFlow, torch or JAX imported, each sample of a job reads NVML, and the first
+    one imported ``pynvml`` (a large module of ctypes structures): 37 ms of CPU and 5k
+    copy-on-write page faults inside every job's first fit, measured on 2 cores. Importing
+    it loads no library and starts nothing (``nvmlInit`` stays the job's).
+    """
+    from ..probes.sample import gpu_framework_imported  # noqa: PLC0415 - after the frameworks, as a job asks
+
+    if gpu_framework_imported():
+        try:
+            import pynvml  # noqa: F401
+        except ImportError:
+            pass  # the job's sample says NVML is not installed, as it would anyway
+
+
+def freeze_imports() -> None:
+    """Move every object the imports made into Python's permanent generation, which the garbage
+    collector never visits: in a forked child, a full collection otherwise walks the whole
+    imported heap (about 400k objects with TensorFlow and Keras), writes each object's GC
+    header and so copies every page that holds one. Measured on 2 cores: one such collection
+    in each job's first ``fit()``, 0.3 s of CPU and 90 MiB of copy-on-write faults, which a
+    warm kernel never pays (the gc state every fork starts from is the same, so every job did).
+
+    Collected first, so that what the imports left as garbage is freed, not kept forever;
+    :meth:`Template.fork` freezes again what the template made since.
+    """
+    gc.collect()
+    gc.freeze()
+
+
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m kerasmagic.isolation.template")
+    parser = argparse.ArgumentParser(prog="kerasmagic.isolation.template")
     parser.add_argument("--control-fd", type=int, required=True)
     parser.add_argument("--watch-fd", type=int, required=True)
     parser.add_argument("--parent-pid", type=int, required=True)
     parser.add_argument("--preload", default="")
+    parser.add_argument("--learned", default="")
     parser.add_argument("--log", required=True)
     args = parser.parse_args(argv)
     set_parent_death_signal()
@@ -414,16 +501,33 @@ def main(argv: list[str] | None = None) -> None:
         os._exit(PARENT_GONE_EXIT)
     control = socket.socket(fileno=args.control_fd)
     modules = [m for m in args.preload.split(",") if m]
+    learned = [m for m in args.learned.split(",") if m]
     try:
-        import_s = preload(modules)
+        import_s = preload(modules, learned)
     except BaseException as exc:  # noqa: BLE001 - the kernel shows the cause, not the log's chatter
         _send(control, {"kind": "failed", "error": f"{type(exc).__name__}: {exc}",
                         "traceback": "".join(traceback.format_exception(exc))})
         os._exit(1)
+    freeze_imports()
     safety = ForkSafety()
     _send(control, {"kind": "ready", "pid": os.getpid(), "import_s": import_s, "rss_bytes": rss_bytes(),
-                    "threads": sorted(name for name, _ in safety.baseline.values())})
-    Template(control, args.watch_fd, args.parent_pid, args.log, safety).serve()
+                    "threads": sorted(name for name, _ in safety.baseline.values()),
+                    "modules": modules_present(modules + learned)})
+    child = None
+    try:
+        Template(control, args.watch_fd, args.parent_pid, args.log, safety,
+                 modules + learned).serve()  # returns only in a child
+    except ForkedChild as forked:
+        child = forked.template, forked.request, forked.fds
+    # Out of the except block: the job must not run with our exception as its context.
+    if child is not None:
+        template, request, fds = child
+        try:
+            from .child import worker  # noqa: PLC0415 - it imports this module; only a forked job runs it
+
+            worker.serve_forked_job(*template.become_job(request, fds))
+        finally:
+            os._exit(70)  # serve_forked_job never returns; this is for an exception before it
 
 
 if __name__ == "__main__":

@@ -40,6 +40,33 @@ def test_a_job_pinned_to_the_second_node_runs_there(cluster):
     assert result.agent["templates"], "the node's agent reports no template"
 
 
+def import_and_report(name):
+    import importlib
+    import sys
+
+    had = name in sys.modules
+    importlib.import_module(name)
+    return had
+
+
+def test_a_nodes_templates_learn_what_its_jobs_import(cluster):
+    # Each node's agent learns from the jobs it runs (issue 23, part 2): a module the kernel
+    # never imported, imported by the first job, is in the template the node's next job forks.
+    from importlib.util import find_spec
+
+    from kerasmagic.isolation.template import PRELOADABLE
+
+    name = next((m for m in ("matplotlib.pyplot", "pandas", "tf_keras") if m in PRELOADABLE
+                 and m not in sys.modules and find_spec(m.split(".")[0]) is not None), None)
+    if name is None:
+        pytest.skip("every module the test could learn is imported in this kernel already")
+    where = OnRay(node=cluster.second.node_id)
+    first = run_isolated(import_and_report, args=(name,), on=where, timeout=300)
+    second = run_isolated(import_and_report, args=(name,), on=where, timeout=300)
+    assert first.value is False and name in first.job_imported
+    assert second.value is True and name in second.template_modules and name not in second.job_imported
+
+
 def slow_item(index):
     import os
     import time

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import re
+import warnings
 
 import numpy as np
 import pytest
 from IPython.utils.capture import capture_output
 
+from kerasmagic.isolation import IsolationWarning
 from kerasmagic.isolation.cell import run_cell_isolated
 
 pytestmark = pytest.mark.isolation
@@ -137,3 +139,37 @@ def test_an_isolated_traceback_numbers_lines_as_the_notebook_does(shell, capsys)
     assert 'File "<isolated cell>", line 5, in <module>' in child, child
     assert 'File "<isolated cell>", line 3, in fail' in child, child
     assert "    raise KeyError('user error')" in child
+
+
+@pytest.mark.parametrize("name, binding", [
+    ("_oh", "_oh = {}"),
+    ("_dh", "_dh = []"),
+    ("_ih", "_ih = ['x']"),
+    ("get_ipython", "def get_ipython():\n    return None"),
+])
+def test_a_cell_binding_a_name_ipython_needs_does_not_bring_it_back(shell, name, binding):
+    # --out and --as refuse these names; a cell that merely binds one must not put it back
+    # either: without _oh every later cell with a value fails, without get_ipython every magic.
+    ipython_own = shell.user_ns[name]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with capture_output():
+            result = shell.run_cell(f"%%fresh_model -q --isolate\n{binding}\nkept = 7", store_history=True)
+    assert result.success, result.error_in_exec
+    assert shell.user_ns[name] is ipython_own
+    assert shell.user_ns["kept"] == 7  # the other names come back
+    said = [str(w.message) for w in caught if issubclass(w.category, IsolationWarning)]
+    assert len(said) == 1 and said[0].count("\n") == 0, said
+    assert f"{name}: IPython's own" in said[0] and "rename it" in said[0], said
+    with capture_output() as captured:  # IPython still works: a value is shown, a magic runs
+        assert shell.run_cell("40 + 2", store_history=True).success
+        assert shell.run_cell("%pwd", store_history=True).success
+    assert "42" in captured.stdout + "".join(output.data.get("text/plain", "") for output in captured.outputs)
+
+
+def test_a_cell_may_still_bind_underscore_as_a_throwaway(shell):
+    with capture_output():
+        result = shell.run_cell("%%fresh_model -q --isolate\nfor _ in range(3):\n    pass\ntotal = _",
+                                store_history=True)
+    assert result.success, result.error_in_exec
+    assert shell.user_ns["total"] == 2 and shell.user_ns["_"] == 2  # as in-process: IPython stops updating `_`

@@ -176,7 +176,7 @@ def test_a_worker_dying_before_it_gets_the_job_is_a_crash_not_a_broken_pipe(dyin
     finally:
         pool.shutdown()
     message = str(info.value)
-    assert "killed by SIGKILL after it was ready, before it received the job" in message
+    assert "was killed by signal 9 (SIGKILL) after it was ready, before it received the job" in message
     assert "nothing ran" in message and "run it again" in message
     assert info.value.__cause__ is None and info.value.__suppress_context__
     assert info.value.signal_name == "SIGKILL" and info.value.result.status == "crash"
@@ -229,3 +229,88 @@ def test_ctrl_c_in_the_magic_shows_only_a_clean_keyboard_interrupt(shell, list_w
     assert after == before
     assert _gone(job_pid)
     assert {p.pid for p in list_workers()} <= set(default_pool().pids())  # only the pool's idle ones
+
+
+# --- what the messages say (issue 23, fault 9) ------------------------------------------------
+
+
+def end_in_three_ways(k):
+    import os
+    import signal
+
+    if k == 0:
+        os.kill(os.getpid(), signal.SIGKILL)
+    if k == 1:
+        os.kill(os.getpid(), signal.SIGSEGV)
+    os._exit(3)
+
+
+def test_the_map_summary_says_how_each_crashed_job_ended():
+    from kerasmagic.isolation import isolated_map
+
+    result = isolated_map(end_in_three_ways, range(3), on_error="collect", progress=False, timeout=120)
+    shown = str(result)
+    assert "crash: crash" not in shown, shown
+    assert "crash: killed by signal 9 (SIGKILL)" in shown, shown
+    assert "crash: segmentation fault (signal 11, SIGSEGV)" in shown, shown
+    assert "crash: exited with code 3" in shown, shown
+    assert "died of a segmentation fault (signal 11, SIGSEGV)" in str(result[1])
+
+
+def test_a_timeout_shows_the_jobs_own_output_not_the_templates(tmp_path):
+    site = tmp_path / "chatty_slow_start"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text("print('chatter of the start', flush=True)\nimport time\ntime.sleep(6)\n")
+    with pytest.raises(IsolatedTimeout) as info:
+        run_isolated("x = 1", env={"PYTHONPATH": str(site)}, timeout=2)
+    assert "chatter" not in str(info.value) and "chatter" not in info.value.result.last_output
+    assert "runpy" not in str(info.value)
+    with pytest.raises(IsolatedTimeout) as info:
+        run_isolated("print('epoch 1 done', flush=True)\nimport time\ntime.sleep(60)", timeout=2)
+    assert str(info.value).endswith("its output so far:\nepoch 1 done"), str(info.value)
+
+
+@pytest.mark.parametrize("fork", [True, False])
+@pytest.mark.parametrize("then", ["", "import time\ntime.sleep(30)"])
+def test_a_job_that_closes_our_descriptors_is_said_so_without_our_traceback(fork, then):
+    pool = WorkerPool(size=1, fork=fork)
+    started = time.perf_counter()
+    try:
+        with pytest.raises(IsolatedCrash) as info:
+            _run_job_with(pool, f"import os\nos.closerange(3, 4096)\n{then}")
+    finally:
+        pool.shutdown()
+    message = str(info.value)
+    assert "closed its channel to the kernel" in message and "os.closerange" in message, message
+    for internal in ("Traceback", "Bad file descriptor", "code None", "worker.py"):
+        assert internal not in message, message
+    assert time.perf_counter() - started < 8 + (0 if fork else 20)  # not the 10 s grace of a finished job
+
+
+def test_a_huge_exception_message_is_shown_once_and_shortened():
+    with pytest.raises(IsolatedCellError) as info:
+        run_isolated("raise ValueError('x' * 20_000_000)", quiet=True)
+    shown = str(info.value)
+    assert len(shown) < 10_000, len(shown)
+    assert "20,000,000 characters" in shown and "ValueError" in shown
+    assert shown.count("left out here") == 1, shown[:2000]
+    assert len(info.value.exc_message) == 20_000_000  # the whole message is still there
+    assert len(info.value.result.error) < 400
+
+
+def test_the_isolation_api_is_reachable_from_the_top_level_lazily():
+    # The README calls prestart_pool() next to kerasmagic.run_isolated(): kerasmagic.prestart_pool
+    # must exist, and reaching it still imports no framework.
+    import subprocess
+    import sys
+
+    code = ("import sys, kerasmagic\n"
+            "assert 'kerasmagic.isolation' not in sys.modules\n"
+            "import kerasmagic.isolation as iso\n"
+            "missing = [n for n in iso.__all__ if getattr(kerasmagic, n, None) is not getattr(iso, n)]\n"
+            "assert not missing, missing\n"
+            "assert set(iso.__all__) <= set(dir(kerasmagic))\n"
+            "print(sorted(m for m in ('numpy', 'tensorflow', 'keras', 'cloudpickle') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"

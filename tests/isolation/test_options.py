@@ -25,12 +25,20 @@ def no_job_may_start(monkeypatch):
     monkeypatch.setattr(type(default_pool()), "launch", refuse)
 
 
-@pytest.mark.parametrize("timeout", [float("nan"), float("inf"), True, 0, -1, "10"])
+@pytest.mark.parametrize("timeout", [
+    float("nan"), float("inf"), True, 0, -1, "10",
+    pytest.param(10**400, id="10**400"), pytest.param(-10**400, id="-10**400")])
 def test_a_timeout_must_be_a_finite_number_of_seconds(timeout, no_job_may_start):
     with pytest.raises(IsolationUsageError, match="finite number of seconds > 0"):
         run_isolated("x = 1", timeout=timeout)
     with pytest.raises(IsolationUsageError, match="finite number of seconds > 0"):
         isolated_map(abs, [1], timeout=timeout)
+
+
+def test_a_timeout_too_large_for_a_float_says_so_without_printing_it(no_job_may_start):
+    with pytest.raises(IsolationUsageError) as info:
+        isolated_map(abs, [1], timeout=10**5000)  # its str() alone would raise past 4300 digits
+    assert "too large for a float (about 5001 digits)" in str(info.value) and len(str(info.value)) < 200
 
 
 @pytest.mark.parametrize("seed", [-3, "abc", 2**32, 1.5, True])
@@ -60,6 +68,10 @@ def test_code_that_cannot_run_at_the_top_level_is_refused_here(isolated_shell, b
     ("--isolate --timeout nan", "finite number of seconds > 0"),
     ("--isolate --seed -3", "the seed must be an integer"),
     ("--seed -3", "the seed must be an integer"),
+    # The clean's own options act on the kernel's session; an isolated cell has none to keep.
+    ("--isolate --keep-hidden", "--keep-hidden acts on this kernel's own state"),
+    ("--isolate --keep-registry", "--keep-registry acts on this kernel's own state"),
+    ("--isolate --jax-caches --keep-hidden", "--keep-hidden, --jax-caches act on this kernel's own state"),
 ])
 def test_the_magic_refuses_bad_options_in_one_line(shell, line, words, capsys):
     shell.user_ns["kept"] = 1

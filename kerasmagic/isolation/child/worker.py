@@ -5,7 +5,7 @@ A job runs in one of two kinds of process, which then behave the same:
   :func:`serve_forked_job`;
 - a fresh interpreter, when no template may fork (its fork-safety check failed), started as
   ``python -m kerasmagic.isolation.child.worker --channel-fd N --watch-fd M --parent-pid P
-  --preload tensorflow,keras --warmup-log PATH`` (never forked from the kernel: a fork
+  --preload tensorflow,keras --learned jax --warmup-log PATH`` (never forked from the kernel: a fork
   after TensorFlow's runtime started hangs).
 
 Either dies with the kernel: ``prctl(PR_SET_PDEATHSIG, SIGKILL)`` (Linux), EOF on the watch
@@ -37,9 +37,17 @@ from typing import Any
 from ...probes import process
 from ...probes.availability import to_jsonable
 from ...probes.sample import gpu_framework_imported, memory_sample
+from ..errors import LONG_MESSAGE_CHARS, shorten_message
 from ..gpu_figures import allocator_peaks
 from ..shipping import ShippingError, decode, encode
-from ..template import PARENT_GONE_EXIT, preload, set_parent_death_signal
+from ..template import (
+    CHANNEL_LOST_EXIT,
+    PARENT_GONE_EXIT,
+    imported_since,
+    modules_present,
+    preload,
+    set_parent_death_signal,
+)
 from . import child_display
 
 CELL_FILENAME = "<isolated cell>"
@@ -72,10 +80,16 @@ def _die_with_parent(parent_pid: int, watch_fd: int) -> None:
         _kernel_gone()
 
     def watch() -> None:
+        watched = [watch_fd]
         while True:
-            readable, _, _ = select.select([watch_fd], [], [], 1.0)
-            if readable and not os.read(watch_fd, 1):
-                _kernel_gone()  # EOF: the only write end died with the kernel
+            try:
+                readable, _, _ = select.select(watched, [], [], 1.0)
+                if readable and not os.read(watch_fd, 1):
+                    _kernel_gone()  # EOF: the only write end died with the kernel
+            except (OSError, ValueError):
+                # The job closed our descriptor (os.closerange): the parent's pid and the death
+                # signal still tell, once a second; no traceback of ours in the job's output.
+                watched = []
             if os.getppid() != parent_pid:
                 _kernel_gone()
 
@@ -106,14 +120,14 @@ def _send(conn: Connection, message: dict[str, Any]) -> None:
         conn.send_bytes(data)
 
 
-def _preload(modules: list[str], log_path: str) -> float:
+def _preload(modules: list[str], learned: list[str], log_path: str) -> float:
     """Import the frameworks with fd 1/2 sent to a log: import chatter must not reach a cell."""
     saved = os.dup(1), os.dup(2)
     log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     os.dup2(log_fd, 1)
     os.dup2(log_fd, 2)
     try:
-        return preload(modules)
+        return preload(modules, learned)
     finally:
         sys.stdout.flush()
         sys.stderr.flush()
@@ -211,9 +225,17 @@ def _format_user_traceback(exc: BaseException) -> str:
 
 
 def _failure(exc: BaseException, stage: str, name: str | None = None) -> dict[str, Any]:
-    """The error message: ``stage`` says whose fault it is (our shipping, or the user's code)."""
+    """The error message: ``stage`` says whose fault it is (our shipping, or the user's code).
+
+    The message travels whole once; in the traceback a long one is shortened (the kernel
+    shows the traceback, and 20 MB of it would hang the notebook, twice over).
+    """
+    message = safe_str(exc)
+    formatted = _format_user_traceback(exc)
+    if len(message) > LONG_MESSAGE_CHARS:
+        formatted = formatted.replace(message, shorten_message(message))
     return {"kind": "error", "stage": stage, "name": name, "exc_type": type(exc).__name__,
-            "exc_message": safe_str(exc), "traceback": _format_user_traceback(exc)}
+            "exc_message": message, "traceback": formatted}
 
 
 def _enter_directory(cwd: str | None) -> None:
@@ -274,16 +296,31 @@ def _collect_outputs(job: dict[str, Any], namespace: dict[str, Any]) -> tuple[di
 def _run_job(conn: Connection, job: dict[str, Any]) -> None:
     """Run one job and send its last message (``done`` or ``error``, with the final sample)."""
     _adopt_kernel_paths(job)
+    modules_before = set(sys.modules)
     sampler = _Sampler(conn, job["sample_interval_s"]).start()
     child_display.install(lambda message: _send(conn, message))
     namespace: dict[str, Any] = {"__name__": "__main__", "__builtins__": builtins}
     started = time.perf_counter()
     failure, first_line_ts = _execute(job, namespace)
     run_s = time.perf_counter() - started
-    sys.stdout.flush()
-    sys.stderr.flush()
+    _flush_quietly()
     sampler.stop()
-    _send(conn, _last_message(job, namespace, failure, run_s, first_line_ts))
+    try:
+        _send(conn, {**_last_message(job, namespace, failure, run_s, first_line_ts),
+                     "imported": imported_since(modules_before)})
+    except OSError:
+        # The job closed the channel's descriptor (os.closerange(3, ...)) or the kernel's end
+        # went away: nothing can go back. The exit code says which to the kernel, no traceback.
+        os._exit(CHANNEL_LOST_EXIT)
+
+
+def _flush_quietly() -> None:
+    """Flush Python's stdout/stderr; the job may have closed fd 1 or 2 under them."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
 
 
 def _adopt_kernel_paths(job: dict[str, Any]) -> None:
@@ -337,16 +374,16 @@ def _serve(conn: Connection, ready: dict[str, Any]) -> None:
     if job.get("kind") == "job":
         _job_directory = job["directory"]
         _run_job(conn, job)
-    sys.stdout.flush()
-    sys.stderr.flush()
+    _flush_quietly()
     # os._exit: skip interpreter teardown (TF's can take seconds); the OS takes everything back.
     os._exit(0)
 
 
-def serve_forked_job(channel_fd: int, watch_fd: int, template_pid: int) -> None:
-    """The body of a child forked from the template (called by it, right after the fork)."""
+def serve_forked_job(channel_fd: int, watch_fd: int, template_pid: int, asked: list[str] | None = None) -> None:
+    """The body of a child forked from the template (called by it, right after the fork);
+    ``asked``: the modules the template was asked to import (its report lists those it has)."""
     _die_with_parent(template_pid, watch_fd)
-    _serve(Connection(channel_fd), {"import_s": 0.0, "forked": True})
+    _serve(Connection(channel_fd), {"import_s": 0.0, "forked": True, "modules": modules_present(asked or [])})
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -355,18 +392,20 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--watch-fd", type=int, required=True)
     parser.add_argument("--parent-pid", type=int, required=True)
     parser.add_argument("--preload", default="")
+    parser.add_argument("--learned", default="")
     parser.add_argument("--warmup-log", required=True)
     args = parser.parse_args(argv)
     _die_with_parent(args.parent_pid, args.watch_fd)
     conn = Connection(args.channel_fd)
     modules = [m for m in args.preload.split(",") if m]
+    learned = [m for m in args.learned.split(",") if m]
     try:
-        import_s = _preload(modules, args.warmup_log)
+        import_s = _preload(modules, learned, args.warmup_log)
     except BaseException as exc:  # noqa: BLE001 - the kernel shows the cause, not the log's chatter
         _send(conn, {"kind": "failed", "error": f"{type(exc).__name__}: {safe_str(exc)}",
                      "traceback": _format_user_traceback(exc)})
         os._exit(1)
-    _serve(conn, {"import_s": import_s, "forked": False})
+    _serve(conn, {"import_s": import_s, "forked": False, "modules": modules_present(modules + learned)})
 
 
 if __name__ == "__main__":
