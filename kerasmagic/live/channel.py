@@ -136,8 +136,9 @@ class LiveChannel:
         self._failing: set[Any] = set()
         #: Samples, cell runs and marks of the last minutes, for a sidebar that attaches later.
         self.history = KernelHistory()
-        # The runs begun in pre_run_cell and not ended yet (a cell can run a cell: a stack).
-        self._running: list[dict[str, Any]] = []
+        # The runs begun in pre_run_cell and not ended yet (a cell can run a cell: a stack), each
+        # with the kernel's high-water mark at its start.
+        self._running: list[tuple[dict[str, Any], int | None]] = []
         #: The last ``facts`` read on the main thread: what a comm opened on another thread
         #: (a kernel subshell, while a cell runs) gets until the main thread is free again.
         self.last_facts: dict[str, Any] | None = None
