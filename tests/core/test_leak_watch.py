@@ -323,11 +323,11 @@ def test_the_rule_and_its_wording_agree_in_the_report_and_the_readme(shell):
     assert "last 3+ runs" not in readme and f"from its {flagged_from}th run on" in readme
 
 
-#: Leaves 2 MiB of written pages in the C heap on each run, held by nothing Python can reach (as
-#: an allocator's pool or a library's cache would): only a new process gives it back.
-# Memory held by C code, out of Python's sight. 34 MiB a call: above glibc's largest dynamic
-# mmap threshold (32 MiB on 64-bit), so each call maps fresh pages whatever the arena kept from
-# earlier tests (a 2 MiB malloc could reuse freed, still resident heap: no growth to see).
+#: Leaves written pages in the C heap on each run, held by nothing Python can reach (as an
+#: allocator's pool or a library's cache would): only a new process gives it back. The tests
+#: call it with 34 MiB, above glibc's largest dynamic mmap threshold (32 MiB on 64-bit), so each
+#: call maps fresh pages whatever the arena kept from earlier tests (a 2 MiB malloc could reuse
+#: freed, still resident heap, and show no growth).
 C_HEAP = (
     "import ctypes\n"
     "_libc = ctypes.CDLL(None)\n"
