@@ -77,3 +77,12 @@ def nothing_of_ours_outlives_the_session():
         except psutil.Error:
             continue  # exited while we looked
     assert not threads and not children, f"left running: threads {threads}, processes {children}"
+
+
+@pytest.fixture
+def keras_shell(shell):
+    """The `shell` with `make_model(width)`, `x` and `y` defined (shell_helpers.MAKE_MODEL)."""
+    from shell_helpers import MAKE_MODEL, run
+
+    run(shell, MAKE_MODEL)
+    return shell

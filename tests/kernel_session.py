@@ -51,25 +51,36 @@ class KernelSession:
                 return msg
         raise TimeoutError("no matching iopub message")
 
-    def execute(self, code: str, timeout: float = 60.0) -> str:
-        """Run a cell, read iopub until it is idle; return its stdout (errors raise)."""
+    def _cell_messages(self, code: str, timeout: float):
+        """Run a cell; yield its iopub messages until it is idle (a TimeoutError if it is not)."""
         msg_id = self.client.execute(code)
-        out: list[str] = []
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             msg = self._read(max(0.05, deadline - time.monotonic()))
             if msg is None or msg["parent_header"].get("msg_id") != msg_id:
                 continue
-            kind = msg["msg_type"]
-            if kind == "execute_input":
+            if msg["msg_type"] == "execute_input":
                 self.last_execution_count = msg["content"]["execution_count"]
-            elif kind == "stream":
-                out.append(msg["content"]["text"])
-            elif kind == "error":
-                raise AssertionError("\n".join(msg["content"]["traceback"]))
-            elif kind == "status" and msg["content"]["execution_state"] == "idle":
-                return "".join(out)
+            if msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
+                return
+            yield msg
         raise TimeoutError(f"cell did not finish: {code!r}")
+
+    def execute(self, code: str, timeout: float = 60.0) -> str:
+        """Run a cell, read iopub until it is idle; return its stdout (errors raise)."""
+        out: list[str] = []
+        for msg in self._cell_messages(code, timeout):
+            if msg["msg_type"] == "stream":
+                out.append(msg["content"]["text"])
+            elif msg["msg_type"] == "error":
+                raise AssertionError("\n".join(msg["content"]["traceback"]))
+        return "".join(out)
+
+    def outputs(self, code: str, timeout: float = 60.0) -> list[dict]:
+        """Run a cell; its output messages (stream, error, displays) in the order a notebook shows
+        them. An error is one of them: it does not raise."""
+        shown = ("stream", "error", "display_data", "execute_result")
+        return [msg for msg in self._cell_messages(code, timeout) if msg["msg_type"] in shown]
 
     def shown(self, code: str, timeout: float = 60.0) -> str:
         """Run a cell; return what a reader of the notebook sees as text: its stdout, then the

@@ -24,3 +24,19 @@ def run(shell: Any, cell: str) -> Any:
 def error_of(result: Any) -> BaseException | None:
     """The exception a ``run_cell`` result carries, raised before or during execution."""
     return result.error_before_exec or result.error_in_exec
+
+
+#: A small compiled Keras model factory and data, run in a shell by the `keras_shell` fixture.
+MAKE_MODEL = """
+import gc, weakref
+import numpy as np
+import keras
+
+def make_model(width=64):
+    model = keras.Sequential([keras.Input((16,)), keras.layers.Dense(width, activation="relu"), keras.layers.Dense(1)])
+    model.compile(optimizer="adam", loss="mse")
+    return model
+
+x = np.random.default_rng(0).random((256, 16), dtype=np.float32)
+y = x.sum(axis=1, keepdims=True)
+"""

@@ -19,26 +19,6 @@ from shell_helpers import run
 
 pytestmark = [pytest.mark.shell, pytest.mark.frameworks]
 
-MAKE_MODEL = """
-import gc, weakref
-import numpy as np
-import keras
-
-def make_model(width=64):
-    model = keras.Sequential([keras.Input((16,)), keras.layers.Dense(width, activation="relu"), keras.layers.Dense(1)])
-    model.compile(optimizer="adam", loss="mse")
-    return model
-
-x = np.random.default_rng(0).random((256, 16), dtype=np.float32)
-y = x.sum(axis=1, keepdims=True)
-"""
-
-
-@pytest.fixture
-def keras_shell(shell):
-    run(shell, MAKE_MODEL)
-    return shell
-
 
 def test_a_model_held_by_an_attribute_is_listed_with_its_path_and_not_as_unreachable(keras_shell):
     shell = keras_shell

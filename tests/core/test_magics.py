@@ -15,26 +15,6 @@ from shell_helpers import error_of, run
 
 pytestmark = [pytest.mark.shell, pytest.mark.frameworks]
 
-MAKE_MODEL = """
-import gc, weakref
-import numpy as np
-import keras
-
-def make_model(width=64):
-    model = keras.Sequential([keras.Input((16,)), keras.layers.Dense(width, activation="relu"), keras.layers.Dense(1)])
-    model.compile(optimizer="adam", loss="mse")
-    return model
-
-x = np.random.default_rng(0).random((256, 16), dtype=np.float32)
-y = x.sum(axis=1, keepdims=True)
-"""
-
-
-@pytest.fixture
-def keras_shell(shell):
-    run(shell, MAKE_MODEL)
-    return shell
-
 
 def test_model_held_only_by_the_output_cache_is_freed(keras_shell):
     shell = keras_shell

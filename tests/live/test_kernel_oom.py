@@ -4,33 +4,16 @@ memory, as two outputs in that order (the order of their iopub messages)."""
 from __future__ import annotations
 
 import re
-import time
 
 import pytest
 
 pytestmark = [pytest.mark.kernel, pytest.mark.frameworks]
 
 
-def _outputs(kernel, code: str, timeout: float = 120.0) -> list[dict]:
-    """A cell's output messages (stream, error, display), in the order a notebook shows them."""
-    msg_id = kernel.client.execute(code)
-    outputs: list[dict] = []
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        msg = kernel._read(max(0.05, deadline - time.monotonic()))
-        if msg is None or msg["parent_header"].get("msg_id") != msg_id:
-            continue
-        if msg["msg_type"] in ("stream", "error", "display_data", "execute_result"):
-            outputs.append(msg)
-        elif msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
-            return outputs
-    raise TimeoutError(code)
-
-
 def test_a_tensorflow_oom_shows_its_traceback_then_the_explanation(kernel):
     kernel.execute("%load_ext kerasmagic")
     kernel.execute("import numpy as np, tensorflow as tf\nkept = np.ones(8 * 2**20 // 8)", timeout=120)
-    outputs = _outputs(kernel, "huge = tf.zeros((2**38,), tf.float32)")
+    outputs = kernel.outputs("huge = tf.zeros((2**38,), tf.float32)", timeout=120)
     kinds = [m["msg_type"] for m in outputs]
     assert "error" in kinds, kinds
     error = outputs[kinds.index("error")]["content"]
