@@ -150,6 +150,10 @@ class KernelRecord:
         self.pid = os.getpid()
         self.path = os.path.join(folder, f"{_key(identity)}-{self.pid}{_SUFFIX}")
         self._lock = threading.Lock()
+        # The cell hooks (main thread) and the guard's samples (its thread) both write the file:
+        # one writer at a time, each writing what is newest, so that a sample taken just before a
+        # cell started can never replace the record that names the cell (nor share its temp file).
+        self._write_lock = threading.Lock()
         self._samples: collections.deque[tuple[float, int]] = collections.deque(maxlen=KEEP_SAMPLES)
         self._cell: dict[str, Any] | None = None
         self._limit: dict[str, Any] | None = None
@@ -206,23 +210,24 @@ class KernelRecord:
 
     def write(self, force: bool = True) -> bool:
         """Rewrite the file (atomically: a kill mid-write leaves the previous one); False if it could not."""
-        now = time.monotonic()
-        if self.closed or now < self._broken_until or (not force and now - self._last_write < SLOW_WRITE_S):
-            return False
-        started = time.perf_counter()
-        try:
-            self._write(json.dumps(self._content(), separators=(",", ":")).encode())
-        except (OSError, ValueError) as exc:
-            self._broken_until = now + 60.0
-            if not self._said_broken:
-                self._said_broken = True
-                print(f"kerasmagic: cannot keep this kernel's record in {self.folder} ({exc}); if it dies, the "
-                      f"next kernel cannot say why (set {DIR_ENV_VAR} to a writable folder)", file=sys.stderr)
-            return False
-        self._last_write = now
-        self.writes += 1
-        self.last_write_s = time.perf_counter() - started
-        return True
+        with self._write_lock:
+            now = time.monotonic()
+            if self.closed or now < self._broken_until or (not force and now - self._last_write < SLOW_WRITE_S):
+                return False
+            started = time.perf_counter()
+            try:
+                self._write(json.dumps(self._content(), separators=(",", ":")).encode())
+            except (OSError, ValueError) as exc:
+                self._broken_until = now + 60.0
+                if not self._said_broken:
+                    self._said_broken = True
+                    print(f"kerasmagic: cannot keep this kernel's record in {self.folder} ({exc}); if it dies, "
+                          f"the next kernel cannot say why (set {DIR_ENV_VAR} to a writable folder)", file=sys.stderr)
+                return False
+            self._last_write = now
+            self.writes += 1
+            self.last_write_s = time.perf_counter() - started
+            return True
 
     def _write(self, data: bytes) -> None:
         os.makedirs(self.folder, mode=0o700, exist_ok=True)
@@ -238,7 +243,8 @@ class KernelRecord:
 
     def close_clean(self) -> None:
         """The kernel ends cleanly: no record is left, so no death is reported."""
-        self.closed = True
+        with self._write_lock:  # a write under way would otherwise put the file back
+            self.closed = True
         try:
             os.unlink(self.path)
         except OSError:

@@ -279,3 +279,28 @@ def test_a_dead_kernel_not_yet_reaped_is_dead(tmp_path):
         assert not postmortem._alive(child.pid, None)
     finally:
         child.wait()
+
+
+def test_samples_from_the_guard_thread_never_hide_the_running_cell(tmp_path, capsys):
+    # The guard's thread writes the record on every sample while the main thread writes it at each
+    # cell's start: a kernel killed right after a cell started must leave a record naming that
+    # cell, and no write may fail for the other's sake (CI once told "died between cells").
+    import threading
+    record = postmortem.KernelRecord(str(tmp_path / "records"), "/me/race.ipynb")
+    stop = threading.Event()
+
+    def sampler() -> None:
+        while not stop.is_set():
+            record.sample(time.time(), 100 * 2**20, None, near=True)
+
+    thread = threading.Thread(target=sampler)
+    thread.start()
+    try:
+        for number in range(1, 301):
+            record.cell_started(number, f"cell_{number}()")
+            assert json.loads(open(record.path).read())["cell"]["execution_count"] == number
+            record.cell_ended()
+    finally:
+        stop.set()
+        thread.join()
+    assert "cannot keep this kernel's record" not in capsys.readouterr().err
