@@ -44,6 +44,7 @@ _LAZY_EXPORTS = {
     "IsolatedShippingError": "kerasmagic.isolation",
     "IsolatedTimeout": "kerasmagic.isolation",
     "IsolatedCrash": "kerasmagic.isolation",
+    "IsolatedOutOfMemory": "kerasmagic.isolation",
     "IsolatedCellError": "kerasmagic.isolation",
     "IsolatedInterrupt": "kerasmagic.isolation",
     "IsolationWarning": "kerasmagic.isolation",

@@ -211,6 +211,23 @@ def _limit_size(text: str) -> int | None:
         return parse_size(text)
 
 
+def _job_memory_limit(text: str) -> int:
+    """``--memory-limit SIZE`` for an isolated cell (``2GiB``, ``512MiB``, bytes).
+
+    Example:
+        >>> _job_memory_limit("2GiB")
+        2147483648
+        >>> _job_memory_limit("off")
+        Traceback (most recent call last):
+        ...
+        IPython.core.error.UsageError: cannot read 'off' as a memory size; e.g. 3GiB, 512MiB or 3221225472 (bytes)
+    """
+    from .limits import parse_size
+
+    with _usage_errors():
+        return parse_size(text)
+
+
 def _on_off(text: str) -> bool:
     """``--guard on|off``.
 
@@ -605,6 +622,9 @@ class KerasMagics(Magics):
     @argument("--no-return", action="store_true", help="With --isolate: bring nothing back (cells that write files).")
     @argument("--timeout", type=_timeout_seconds, default=None, metavar="S",
               help="With --isolate: kill the worker after S seconds.")
+    @argument("--memory-limit", type=_job_memory_limit, default=None, metavar="SIZE",
+              help="With --isolate: the most memory the cell's process may use (2GiB, 512MiB, bytes); at it, "
+                   "the process (not the kernel) is killed and the cell fails with 'out of memory at X of Y'.")
     @argument("--gpu", type=_gpu, default=None, metavar="N",
               help="With --isolate: CUDA_VISIBLE_DEVICES for the worker: GPU indices (0 or 0,1), GPU-/MIG- UUIDs, "
                    "or -1 for none.")
@@ -661,7 +681,8 @@ class KerasMagics(Magics):
         isolation_only = [flag for flag, value in (
             ("--in", args.inputs), ("--out", args.outputs), ("--no-return", args.no_return),
             ("--timeout", args.timeout), ("--gpu", args.gpu), ("--env", args.env), ("--on", args.on),
-            ("--address", args.address), ("--preload", args.preload)) if value]
+            ("--address", args.address), ("--preload", args.preload),
+            ("--memory-limit", args.memory_limit)) if value]
         if isolation_only and not args.isolate:
             raise UsageError(f"{', '.join(isolation_only)} only work with --isolate; add --isolate to the line")
         if args.isolate and args.names:
@@ -716,7 +737,7 @@ class KerasMagics(Magics):
                     self.shell, cell, inputs=args.inputs, outputs=args.outputs, no_return=args.no_return,
                     timeout=args.timeout, gpu=args.gpu, env=dict(args.env or []), seed=args.seed,
                     quiet=args.quiet, on=args.on, address=args.address, header=f"%%fresh_model {line}",
-                    preload=args.preload,
+                    preload=args.preload, memory_limit=args.memory_limit,
                 )
         except BaseException as exc:
             # The report so far (wall time, peaks, last output) comes with the error: show it first.

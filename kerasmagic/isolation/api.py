@@ -15,6 +15,7 @@ from ..probes.process import rss_bytes
 from .cell_names import analyse
 from .errors import IsolationUsageError
 from .gpu_figures import kernel_gpu_figures
+from .job_memory import check_memory_limit
 from .pool import check_preload, worker_spec
 from .result import IsolatedResult
 from .runner import Job, run_job
@@ -218,7 +219,8 @@ def run_isolated(code_or_function: str | Callable[..., Any], *, inputs: dict[str
                  outputs: list[str] | None = None, args: tuple = (), kwargs: dict[str, Any] | None = None,
                  timeout: float | None = None, gpu: str | int | None = None, env: dict[str, str] | None = None,
                  seed: int | None = None, quiet: bool = False, on: Any = None,
-                 address: str | None = None, preload: list[str] | None = None) -> IsolatedResult:
+                 address: str | None = None, preload: list[str] | None = None,
+                 memory_limit: int | str | None = None) -> IsolatedResult:
     """Run code or a function in a fresh worker process; every byte it used is returned at the end.
 
     A string of code runs with ``inputs`` as its globals; the names it assigns (or only
@@ -242,11 +244,18 @@ def run_isolated(code_or_function: str | Callable[..., Any], *, inputs: dict[str
         preload: modules the job's template imports before it forks (``["keras"]``), beside the
             frameworks this process has imported: for a script whose jobs import them
             themselves. Without it the pool learns them from the first job that imports them.
+        memory_limit: the most memory the job may use (``"2GiB"``, ``512MiB``, bytes). The job
+            (never the kernel) is killed when it reaches it and :class:`IsolatedOutOfMemory`
+            says "out of memory at X of its Y limit". The kernel watches the worker's RSS; where
+            it can make a memory cgroup (root, a delegated cgroup v2), the job also runs in one
+            with this limit, which no sudden allocation can outrun (``result.memory_limit_how``).
+            On Ray, the node's agent holds it the same way.
 
     Raises:
         IsolationUsageError: bad options, or an input that cannot be sent (nothing ran).
         IsolatedCellError: the code raised; the message carries the worker's traceback.
         IsolatedTimeout, IsolatedCrash: the worker was killed, or died.
+        IsolatedOutOfMemory: the job reached ``memory_limit`` (an ``IsolatedCrash``).
         KeyboardInterrupt: interrupted; the worker was killed.
 
     Example:
@@ -259,6 +268,7 @@ def run_isolated(code_or_function: str | Callable[..., Any], *, inputs: dict[str
     """
     __tracebackhide__ = True
     check_options(timeout, env, outputs, seed)
+    limit_bytes = check_memory_limit(memory_limit)
     check_inputs(inputs)
     modules = check_preload(preload)
     gpu = check_gpu(gpu)
@@ -269,13 +279,13 @@ def run_isolated(code_or_function: str | Callable[..., Any], *, inputs: dict[str
         result = IsolatedResult("isolated code")
         job = prepare_job("code", result, hint=_SCRIPT_HINT, inputs=inputs, code=code_or_function,
                           outputs=list(outputs) if outputs is not None else analyse(tree).assigns,
-                          required_outputs=list(outputs or []), seed=seed)
+                          required_outputs=list(outputs or []), seed=seed, memory_limit_bytes=limit_bytes)
     elif callable(code_or_function):
         if inputs or outputs:
             raise IsolationUsageError("inputs/outputs are for code strings; pass a function's data as args/kwargs")
         result = IsolatedResult("isolated function")
         job = prepare_job("function", result, hint=_SCRIPT_HINT, call=(code_or_function, args, kwargs or {}),
-                          seed=seed)
+                          seed=seed, memory_limit_bytes=limit_bytes)
     else:
         raise IsolationUsageError(
             f"run_isolated() takes a string of code or a function, not {type(code_or_function).__name__}")

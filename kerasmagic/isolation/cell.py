@@ -18,6 +18,7 @@ from ..ipython_names import ipython_machinery_role, is_ipython_name, new_variabl
 from .api import check_code, check_gpu, check_options, check_target, prepare_job
 from .cell_names import CellNames, analyse, uses_get_ipython
 from .errors import IsolationUsageError
+from .job_memory import check_memory_limit
 from .pool import check_preload, worker_spec
 from .result import IsolatedResult
 from .runner import Job, run_job
@@ -53,7 +54,8 @@ def cell_inputs(shell, reads: list[str], explicit: list[str]) -> list[str]:
 def run_cell_isolated(shell, cell: str, *, inputs: list[str] | None, outputs: list[str] | None, no_return: bool,
                       timeout: float | None, gpu: str | None, env: dict[str, str], seed: int | None,
                       quiet: bool, on: Any = None, address: str | None = None,
-                      header: str = "%%fresh_model --isolate", preload: list[str] | None = None) -> IsolatedResult:
+                      header: str = "%%fresh_model --isolate", preload: list[str] | None = None,
+                      memory_limit: int | str | None = None) -> IsolatedResult:
     """Run a notebook cell in a fresh worker process and bring the names it assigns back.
 
     The names the cell reads are sent from ``shell.user_ns`` (plus ``inputs``); the names it
@@ -62,7 +64,8 @@ def run_cell_isolated(shell, cell: str, *, inputs: list[str] | None, outputs: li
     so does the last expression's value unless the cell ends with ``;`` (IPython's rule).
     ``quiet`` is the magic's ``-q``: the magic, not this function, displays the report.
     ``on``/``address`` run it on a Ray cluster and ``preload`` asks its template for modules, as
-    for :func:`~kerasmagic.isolation.run_isolated`.
+    for :func:`~kerasmagic.isolation.run_isolated`, and ``memory_limit`` (``--memory-limit``) stops
+    the cell's process, not the kernel, at that size.
     ``header`` is the magic's line: line 1 of the cell, as the notebook numbers it, so that
     errors and tracebacks name the lines the user sees.
 
@@ -79,9 +82,11 @@ def run_cell_isolated(shell, cell: str, *, inputs: list[str] | None, outputs: li
     __tracebackhide__ = True
     gpu, target = _check_cell_options(inputs, outputs, no_return, timeout, gpu, env, seed, on, address)
     modules = check_preload(preload)
+    limit_bytes = check_memory_limit(memory_limit)
     result = IsolatedResult(f"cell [{running_cell_number(shell)}]")
     job = _prepare_cell_job(shell, cell, header, result, inputs=list(inputs or []), outputs=outputs,
                             no_return=no_return, seed=seed)
+    job.memory_limit_bytes = limit_bytes
     run_job(job, worker_spec(gpu=gpu, env=env, preload=modules), result, timeout=timeout, forward_output=True,
             on=target)
     shell.user_ns.update(result.outputs)

@@ -172,6 +172,22 @@ class IsolatedCrash(_ShownWithoutOurFrames, RuntimeError):
         self.last_output = last_output
 
 
+class IsolatedOutOfMemory(IsolatedCrash):
+    """The job reached its ``memory_limit``; its worker was killed, the kernel was not.
+
+    An :class:`IsolatedCrash` (code that catches crashes catches it too), with the status
+    ``"out_of_memory"``; ``result.child_rss_peak_bytes`` is the last reading, and
+    ``result.memory_limit_how`` says whether a cgroup held the limit or only the watch.
+
+    Example:
+        >>> try:
+        ...     run_isolated("x = bytearray(2**31)", memory_limit="1GiB")   # doctest: +SKIP
+        ... except IsolatedOutOfMemory as exc:
+        ...     exc.result.status
+        'out_of_memory'
+    """
+
+
 class IsolatedInterrupt(_ShownWithoutOurFrames, KeyboardInterrupt):
     """Ctrl-C (or the notebook's "interrupt kernel") during an isolated run; the worker was killed.
 

@@ -23,6 +23,7 @@ from ..tables import Report, Section, format_bytes
 from .api import check_gpu, check_options, check_target, encode_named
 from .errors import IsolatedInterrupt, IsolationUsageError
 from .gpu_figures import kernel_gpu_figures
+from .job_memory import check_memory_limit
 from .pool import check_preload, default_pool, worker_spec
 from .result import IsolatedResult, add_kernel_gpu_rows
 from .runner import Job, JobRun, drive
@@ -102,6 +103,8 @@ class IsolatedMapResult(Report, Sequence):
             gpu_text = f", GPU {format_bytes(gpu)}" if gpu else ""
             how = {"warm": "forked", "starting": "forked", "cold": "forked, first"}.get(job.worker_state, "fresh")
             status = f"{job.status}: {job.error}" if job.status != "ok" and job.error else job.status
+            if job.status == "out_of_memory" and job.error:
+                status = job.error  # "out of memory at X of its Y limit" says it all
             where = f" on {job.node.get('ip', '?')}/{str(job.node.get('node_id', ''))[:6]}" if job.node else ""
             jobs.add(f"[{index}] {_short(self.items[index])}", f"{job.wall_s:.2f} s",
                      f"{status}; RSS peak {peak}{gpu_text}; {how}{where}")
@@ -238,7 +241,8 @@ def _check_map_options(fn: Any, workers: Any, on_error: Any) -> None:
 def isolated_map(fn: Callable[[Any], Any], items: Iterable[Any], *, workers: int = 1, timeout: float | None = None,
                  gpu: Any = None, env: dict[str, str] | None = None, seed: int | None = None,
                  on_error: str = "raise", quiet: bool = False, progress: bool = True, on: Any = None,
-                 address: str | None = None, preload: list[str] | None = None) -> IsolatedMapResult:
+                 address: str | None = None, preload: list[str] | None = None,
+                 memory_limit: int | str | None = None) -> IsolatedMapResult:
     """Call ``fn(item)`` for every item, each call in a fresh process; values in input order.
 
     Each call is a fork of the warm template (the frameworks are imported once, not per
@@ -266,6 +270,9 @@ def isolated_map(fn: Callable[[Any], Any], items: Iterable[Any], *, workers: int
         preload: modules every call's template imports first (``["keras"]``), as in
             :func:`run_isolated`; without it, what the first calls import themselves is
             imported first for the later ones.
+        memory_limit: the most memory each call may use (``"2GiB"``, bytes); a call that
+            reaches it is killed and fails with :class:`IsolatedOutOfMemory` (``"collect"``
+            keeps the others going), never the kernel. See :func:`run_isolated`.
 
     Raises:
         IsolationUsageError: bad options or an item that cannot be sent; nothing ran.
@@ -282,6 +289,7 @@ def isolated_map(fn: Callable[[Any], Any], items: Iterable[Any], *, workers: int
     __tracebackhide__ = True
     _check_map_options(fn, workers, on_error)
     check_options(timeout, env, None, seed)
+    limit_bytes = check_memory_limit(memory_limit)
     modules = check_preload(preload)
     target = check_target(on, address, gpu)
     items = list(items)
@@ -317,7 +325,7 @@ def isolated_map(fn: Callable[[Any], Any], items: Iterable[Any], *, workers: int
             except BaseException:
                 shutil.rmtree(directory, ignore_errors=True)
                 raise
-            job = Job("function", directory, call=call, seed=seed)
+            job = Job("function", directory, call=call, seed=seed, memory_limit_bytes=limit_bytes)
             prefix = f"[{index}] " if at_once > 1 else ""
             runs.append(JobRun(job, worker_spec(gpu=gpus[index], env=env, preload=modules), result, timeout=timeout,
                                forward_output=not quiet, prefix=prefix))

@@ -71,9 +71,10 @@ class ShippedName(Record):
 class IsolatedResult(Record, Report):
     """The report of one job run in a fresh worker process.
 
-    ``status`` is ``"ok"``, ``"error"`` (the code raised), ``"timeout"``, ``"crash"`` or
-    ``"interrupted"``. Values that came back are in ``outputs`` (code) or ``value``
-    (a function's return value); they are not part of ``to_dict()``.
+    ``status`` is ``"ok"``, ``"error"`` (the code raised), ``"timeout"``, ``"crash"``,
+    ``"out_of_memory"`` (it reached ``memory_limit``) or ``"interrupted"``. Values that came
+    back are in ``outputs`` (code) or ``value`` (a function's return value); they are not part
+    of ``to_dict()``.
 
     Example:
         >>> result = run_isolated("import numpy as np; total = int(np.arange(10).sum())")  # doctest: +SKIP
@@ -114,6 +115,9 @@ class IsolatedResult(Record, Report):
     child_rss_start_bytes: int | None = None
     child_rss_peak_bytes: int | None = None
     child_rss_peak_method: str = "sampled"
+    #: ``memory_limit=`` in bytes (None: no limit) and how it was held (a cgroup, or only the watch, and why).
+    memory_limit_bytes: int | None = None
+    memory_limit_how: str = ""
     child_pss_bytes: int | None = None  # its share of pages it shares with the template
     child_uss_bytes: int | None = None  # pages only it had
     child_tf_peak: dict[str, Any] = field(default_factory=dict, metadata=wire("child_tf_peak_bytes"))
@@ -214,6 +218,7 @@ class IsolatedResult(Record, Report):
             "timeout": " (timed out, worker killed)",
             "crash": " (the worker died)",
             "interrupted": " (interrupted, worker killed)",
+            "out_of_memory": " (out of memory, worker killed)",
             "cancelled": " (cancelled: another job of the map failed)",
         }.get(self.status, f" ({self.status})")
         return f"kerasmagic: {self.label} ran in a fresh process in {self.wall_s:.2f} s{status}"
@@ -253,6 +258,8 @@ class IsolatedResult(Record, Report):
         self._allocator_rows(child)
         for device, peak in sorted(self.child_gpu_peak.items()):
             child.add(f"{device} peak", format_bytes(peak), self._nvml_peak_source())
+        if self.memory_limit_bytes is not None:
+            child.add("memory limit", format_bytes(self.memory_limit_bytes), self.memory_limit_how or "not reached")
         if self.signal_name or (self.exit_code not in (None, 0)):
             child.add("ended by", self.signal_name or f"exit code {self.exit_code}", describe_exit(self.exit_code))
 

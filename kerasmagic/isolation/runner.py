@@ -31,10 +31,12 @@ from ..probes.availability import guarded
 from ..probes.process import rss_bytes
 from ..probes.sample import gpu_device_values, keep_largest, tf_device_missing, tf_device_values
 from ..records import NOT_WIRE, wire_dict
+from ..tables import format_bytes
 from .errors import (
     IsolatedCellError,
     IsolatedCrash,
     IsolatedInterrupt,
+    IsolatedOutOfMemory,
     IsolatedShippingError,
     IsolatedTimeout,
     IsolationWarning,
@@ -42,6 +44,7 @@ from .errors import (
     shorten_message,
 )
 from .gpu_figures import gpu_devices_of, kernel_gpu_figures
+from .job_memory import WATCH_INTERVAL_S, JobMemoryLimit
 from .pool import JobProcess, Launch, TemplateFailed, WorkerPool, WorkerSpec, _keras_backend, default_pool
 from .result import IsolatedResult
 from .shipping import FrameworkNotImported, decode, describe
@@ -88,6 +91,9 @@ class Job:
     call: dict[str, Any] | None = None
     seed: int | None = None
     display_last: bool = False
+    #: ``memory_limit=`` in bytes: the kernel (or a Ray node's agent) holds it, the worker never
+    #: sees it; a field so that it travels to the node with the rest of the job.
+    memory_limit_bytes: int | None = field(default=None, metadata=NOT_WIRE)
     directory: str = field(kw_only=False)  # positional, second: Job(mode, directory, ...); on the wire after the rest
     owns_directory: bool = field(default=True, metadata=NOT_WIRE)
 
@@ -156,7 +162,9 @@ class JobRun:
         self.warning: str | None = None  # issued once the job's process is released
         self.killed_without_result = False  # it ran on after its channel closed, and we ended it
         self.pool: WorkerPool | None = None  # the pool it was launched from: it learns what the job imports
+        self.memory_limit = None if job.memory_limit_bytes is None else JobMemoryLimit(job.memory_limit_bytes)
         result.frameworks = list(spec.preload)
+        result.memory_limit_bytes = job.memory_limit_bytes
 
     # --- phases ---------------------------------------------------------------------------
 
@@ -209,6 +217,10 @@ class JobRun:
         result.child_rss_start_bytes = message.get("rss_bytes")
         result.template_modules = list(message.get("modules") or [])
         result.wait_s = time.perf_counter() - self.started
+        if self.memory_limit is not None:
+            # Before the job is sent: from its first line, its memory is charged to its cgroup.
+            self.memory_limit.enter(self.worker.pid)
+            self.result.memory_limit_how = self.memory_limit.how
         self.run_started = time.perf_counter()
         self.phase = "running"
         try:
@@ -226,6 +238,12 @@ class JobRun:
         if self.phase == "starting" and self.worker is not None and not self.channel_open:
             self._died_while_starting(selector)
             return
+        if self.phase == "running" and self.memory_limit is not None and self.final is None:
+            assert self.worker is not None
+            rss = self.memory_limit.over(self.worker.pid)
+            if rss is not None:
+                self._out_of_memory(rss, selector)
+                return
         if self.phase == "running" and (self.final is not None or not self.channel_open):
             self.result.run_s = now - self.run_started
             self.phase = "finishing"
@@ -249,6 +267,8 @@ class JobRun:
             hint = 0.005  # a fork answers in milliseconds; the future has no descriptor to select on
         elif self.phase == "finishing":
             hint = 0.01
+        elif self.phase == "running" and self.memory_limit is not None:
+            hint = WATCH_INTERVAL_S
         if self.deadline is not None:
             hint = min(hint, max(0.0, self.deadline - now))
         return hint
@@ -355,6 +375,8 @@ class JobRun:
         rss = sample.get("rss_bytes")
         if isinstance(rss, int):
             result.child_rss_peak_bytes = max(result.child_rss_peak_bytes or 0, rss)
+            if self.memory_limit is not None:
+                self.memory_limit.over(0, sampled_rss=rss)  # the job's own reading counts toward the peak
         keep_largest(result.child_tf_peak, tf_device_values(sample.get("tf"), "peak_bytes"))
         for device, why in tf_device_missing(sample.get("tf"), "in_use_bytes").items():
             result.child_tf_peak.setdefault(device, why)  # the report says why there is no peak
@@ -452,6 +474,31 @@ class JobRun:
                        f"(all of its memory is back); raise the timeout or make the job shorter{shown}")
         self._fail(IsolatedTimeout(message, self.result), "timeout")
 
+    def _out_of_memory(self, rss: int, selector: selectors.BaseSelector) -> None:
+        """The watch saw the job reach its limit: its process group is killed, the kernel lives on."""
+        self.stop(selector)
+        self.result.run_s = time.perf_counter() - self.run_started
+        self.result.last_output = _last_lines(self.tail)
+        self.result.child_rss_peak_bytes = max(self.result.child_rss_peak_bytes or 0, rss)
+        self._fail_out_of_memory(rss, "kerasmagic's watch killed its worker", at_limit=True)
+
+    def _fail_out_of_memory(self, rss: int | None, by: str, at_limit: bool) -> None:
+        """``at_limit``: ``rss`` is the reading that reached the limit, else the last one before a kill."""
+        assert self.memory_limit is not None
+        limit = format_bytes(self.memory_limit.limit_bytes)
+        if at_limit and rss:
+            at = f"at {format_bytes(rss)} of its {limit} limit"
+        else:
+            at = f"at its {limit} limit" + (f" (last reading {format_bytes(rss)})" if rss else "")
+        self.result.error = f"out of memory {at}"
+        shown = f"; its last output:\n{self.result.last_output}" if self.result.last_output.strip() else ""
+        pid = f" (pid {self.worker.pid})" if self.worker is not None else ""
+        self._fail(IsolatedOutOfMemory(
+            f"the isolated job ran out of memory {at}: {by}{pid}, and all of its memory is back; the kernel "
+            "and your variables are unchanged. Raise memory_limit, or make the job use less (smaller batches, "
+            f"fewer copies of the data){shown}", self.result, exit_code=self.result.exit_code,
+            signal_name=self.result.signal_name, last_output=self.result.last_output), "out_of_memory")
+
     def interrupted(self, selector: selectors.BaseSelector) -> None:
         if self.phase == "over":
             return
@@ -496,6 +543,10 @@ class JobRun:
         assert self.worker is not None
         result = self.result
         code = result.exit_code
+        if self.memory_limit is not None and self.memory_limit.oom_killed():
+            self._fail_out_of_memory(self.memory_limit.peak_rss_bytes or result.child_rss_peak_bytes,
+                                     "the out-of-memory killer of its cgroup ended its worker", at_limit=False)
+            return
         output = f"; its last output:\n{result.last_output}" if result.last_output else "; it printed nothing"
         closed = ("closed its channel to the kernel (did it close file descriptors it had not opened, e.g. "
                   "os.closerange(3, ...)?)")
@@ -708,6 +759,8 @@ def _end(run: JobRun, pool: WorkerPool) -> None:
         pool.release(run.worker)
     elif run.launch is not None:
         pool.abandon(run.launch)
+    if run.memory_limit is not None:
+        run.memory_limit.release()
     if run.job.owns_directory:
         shutil.rmtree(run.job.directory, ignore_errors=True)
     if not result.last_output:

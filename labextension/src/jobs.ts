@@ -17,7 +17,7 @@ export type JobState =
   | 'interrupted'
   | 'other';
 
-/** The panel's state for a kernel `status` (`crash` reads as failed; unknown ones as other). */
+/** The panel's state for a kernel `status` (`crash` and `out_of_memory` read as failed; unknown ones as other). */
 export function jobState(status: string): JobState {
   switch (status) {
     case 'running':
@@ -26,6 +26,7 @@ export function jobState(status: string): JobState {
       return 'done';
     case 'error':
     case 'crash':
+    case 'out_of_memory': // its error says "out of memory at X of its Y limit"
       return 'failed';
     case 'timeout':
       return 'timeout';

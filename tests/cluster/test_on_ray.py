@@ -12,7 +12,14 @@ import time
 
 import pytest
 
-from kerasmagic.isolation import IsolatedCellError, IsolatedCrash, IsolatedInterrupt, IsolatedTimeout, run_isolated
+from kerasmagic.isolation import (
+    IsolatedCellError,
+    IsolatedCrash,
+    IsolatedInterrupt,
+    IsolatedOutOfMemory,
+    IsolatedTimeout,
+    run_isolated,
+)
 from kerasmagic.isolation.cluster.target import OnRay
 from kerasmagic.isolation.mapping import isolated_map
 
@@ -160,6 +167,20 @@ def test_the_users_error_comes_back_with_its_traceback(cluster):
     assert caught.value.exc_type == "ValueError" and "bad fold 3" in str(caught.value)
     assert "line 2" in caught.value.child_traceback
     assert caught.value.result.node.get("node_id")
+
+
+GROW = "import time\nchunks = []\nfor _ in range(128):\n    chunks.append(b'x' * 2**24)\n    time.sleep(0.05)\n"
+
+
+def test_a_memory_limit_stops_the_job_on_its_node_in_the_same_words(cluster):
+    # The node's agent holds the limit as the kernel does locally: the job, not the node, runs out.
+    with pytest.raises(IsolatedOutOfMemory) as caught:
+        run_isolated(GROW, memory_limit="300MiB", on="ray", quiet=True)
+    result = caught.value.result
+    assert result.status == "out_of_memory" and result.node.get("node_id")
+    assert "ran out of memory at" in str(caught.value) and "300 MiB limit" in str(caught.value), str(caught.value)
+    assert result.memory_limit_bytes == 300 * 2**20 and result.memory_limit_how
+    assert run_isolated("x = 1", memory_limit="300MiB", on="ray").outputs == {"x": 1}
 
 
 def _sleeper_pid_file():

@@ -225,6 +225,7 @@ describe('job words', () => {
     ['ok', 'done'],
     ['error', 'failed'],
     ['crash', 'failed'],
+    ['out_of_memory', 'failed'],
     ['timeout', 'timeout'],
     ['cancelled', 'cancelled'],
     ['interrupted', 'interrupted'],
