@@ -183,6 +183,34 @@ def test_a_memory_limit_stops_the_job_on_its_node_in_the_same_words(cluster):
     assert run_isolated("x = 1", memory_limit="300MiB", on="ray").outputs == {"x": 1}
 
 
+def kill_my_agent():
+    """Run inside the job: SIGKILL the node's agent (the actor above the job's template)."""
+    import os
+    import signal
+
+    import psutil
+
+    template, agent = psutil.Process().parents()[:2]  # the job forks from a template the agent started
+    assert "kerasmagic.isolation.template" in " ".join(template.cmdline())
+    os.kill(agent.pid, signal.SIGKILL)
+    import time
+
+    time.sleep(30)  # the agent's death ends this job too
+
+
+def test_a_job_that_kills_its_agent_fails_and_the_next_job_gets_a_new_agent(cluster):
+    # Issue 23, fault 1: a dead agent poisoned the session (every later job: ActorDiedError).
+    second = OnRay(node=cluster.second.node_id)
+    with pytest.raises(IsolatedCrash) as caught:
+        run_isolated(kill_my_agent, on=second, timeout=120, quiet=True)
+    assert "this node's kerasmagic agent died during the job" in str(caught.value), str(caught.value)
+    assert "the next job on the node starts a new agent" in str(caught.value)
+    started = time.monotonic()
+    result = run_isolated(ancestors, on=second, timeout=120)
+    assert result.status == "ok" and result.node["node_id"] == cluster.second.node_id
+    assert time.monotonic() - started < 60
+
+
 def _sleeper_pid_file():
     handle, path = tempfile.mkstemp(prefix="kerasmagic-test-pid-")
     os.close(handle)

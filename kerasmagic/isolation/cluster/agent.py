@@ -44,6 +44,9 @@ _BATCH_S = 0.05
 AGENT_IDLE_TIMEOUT_S = 600.0
 
 
+#: The agent's first answer to a job: it was alive when it took the job.
+_ACCEPTED = {"kind": "accepted"}
+
 def agent_name(session: str, node_id: str) -> str:
     """The agent's actor name: one per kernel (``session``) and node.
 
@@ -200,9 +203,12 @@ class NodeAgent:
     def run(self, job_id: str, request: dict[str, Any]) -> Iterator[list[dict[str, Any]]]:
         """Run one job in a fork of this node's template; yield its events in batches.
 
-        The last batch ends with ``{"kind": "final", ...}``: the job's report, its error
-        (pickled, without its report) and the files its values live in.
+        The first batch is ``[{"kind": "accepted"}]``, at once: the relay then knows the agent
+        was alive when it took the job. The last batch ends with ``{"kind": "final", ...}``:
+        the job's report, its error (pickled, without its report) and the files its values
+        live in.
         """
+        yield [_ACCEPTED]
 
         directory = make_job_directory()
         try:
@@ -319,9 +325,23 @@ def relay_job(session: str, job_id: str, request: dict[str, Any]) -> Iterator[li
     # (an unasked-for GPU would be used behind Ray's accounting).
     request["gpu_ids"] = [str(g) for g in ray.get_gpu_ids()]
     events = agent.run.remote(job_id, request)
+    answered = False
     try:
         for ref in events:
-            yield ray.get(ref)
+            batch = ray.get(ref)
+            if not answered and batch == [_ACCEPTED]:
+                answered = True
+                continue  # the relay's own business: the kernel hears of the job from its events
+            yield batch
+    except ray.exceptions.RayActorError:
+        if not answered:
+            # The agent was dead before it took the job (an earlier job killed it, or the OOM
+            # killer did): Ray keeps its name for a while, so the kernel must start a new one
+            # and send the job again (issue 23, fault 1). An agent that dies during a job
+            # takes that job with it: a crash, told as one.
+            yield [{"kind": "no_agent", "node_id": node_id, "dead_agent": True}]
+            return
+        raise
     except BaseException:
         # Cancelled by the kernel (its timeout, Ctrl-C) or failing: the job must not run on.
         agent.cancel.remote(job_id)

@@ -411,6 +411,7 @@ class RayJobRun:
         reason = _ray_failure(exc)
         self.result.last_output = _last_lines(self.tail)
         advice = ("fix the node's environment, then run it again" if reason.startswith("the relay task failed")
+                  else "run it again" if reason.startswith("this node's kerasmagic agent died")
                   else "its memory on that node went with its process; run it again (Ray places it on a live node)")
         self._fail(IsolatedCrash(
             f"the isolated job on node {self._where()} ended without a result: {reason}. "
@@ -493,6 +494,10 @@ _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 def _ray_failure(exc: BaseException) -> str:
     """Ray's error in a sentence: which kind of death, without Ray's multi-page traceback."""
     cause = getattr(exc, "cause", None)  # a RayTaskError carries the exception the task raised
+    died = cause if isinstance(cause, BaseException) and "RayTaskError" in type(exc).__name__ else exc
+    if "ActorDied" in type(died).__name__ and "NodeAgent" in str(died):
+        return (f"this node's kerasmagic agent died during the job ({type(died).__name__}: killed, or out of "
+                "memory); the next job on the node starts a new agent")
     if isinstance(cause, BaseException) and "RayTaskError" in type(exc).__name__:
         hint = (" (the node cannot import what the job needs: the notebook's environment, kerasmagic included, "
                 "must exist on every node; see docs/scale-out.md, Limits)") if isinstance(cause, ImportError) else ""
