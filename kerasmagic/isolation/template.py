@@ -78,6 +78,48 @@ def set_parent_death_signal(signum: int = signal.SIGTERM) -> None:
             pass  # the watch pipe still covers us
 
 
+_PR_SET_CHILD_SUBREAPER = 36
+
+
+def become_subreaper() -> bool:
+    """Make orphans among this process's descendants its children instead of PID 1's (Linux 3.4+).
+
+    Why: a job's ``subprocess.Popen(..., start_new_session=True)`` leaves the job's process
+    group, so ending the group missed it, and when the job ended it was adopted by PID 1 and
+    ran on (issue 23, fault 6). With the template and each job subreapers, what a running job
+    orphans stays under the job, and what a finished or killed job leaves behind is adopted
+    by the template, which ends it (:meth:`Template.end_orphans`). Not inherited by a fork: the
+    job sets it again. False where it cannot be set.
+    """
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def _own_children() -> set[int]:
+    """This (single-threaded) process's children, from ``/proc`` (Linux)."""
+    pid = os.getpid()
+    try:
+        with open(f"/proc/self/task/{pid}/children") as listing:
+            return {int(child) for child in listing.read().split()}
+    except (OSError, ValueError):
+        pass  # a kernel without CONFIG_PROC_CHILDREN: read every process's parent instead
+    children = set()
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as status:
+                if int(status.read().rsplit(b")", 1)[1].split()[1]) == pid:
+                    children.add(int(name))
+        except (OSError, ValueError, IndexError):
+            continue
+    return children
+
+
 def thread_states() -> dict[int, tuple[str, str]]:
     """This process's threads: ``{tid: (name, state)}`` from ``/proc/self/task`` (Linux).
 
@@ -246,6 +288,9 @@ class Template:
         self.exited: set[int] = set()  # children whose end was reported (zombies until "reap")
         self.retiring = False
         self.ending = False
+        self.subreaper = become_subreaper()
+        #: Processes a job left behind that this template adopted and ended (the log says which).
+        self.orphans_ended = 0
         # Worked out now: at the kernel's death there must be nothing left to look up.
         self.owner_lock_paths = [os.path.join(folder, f"kerasmagic-kernel-{parent_pid}-owner.lock")
                                  for folder in (tempfile.gettempdir(), "/dev/shm")]
@@ -274,6 +319,8 @@ class Template:
             if self.control in readable:
                 self.handle_control()
             if self.retiring and not self.children:
+                if self.subreaper:
+                    self.end_orphans()
                 self.exit(0)
 
     def handle_control(self) -> None:
@@ -334,6 +381,8 @@ class Template:
         :func:`~kerasmagic.isolation.child.worker.serve_forked_job` then takes (the job's channel,
         the kernel's watch pipe, the template's pid, the modules the template was asked for)."""
         os.setsid()  # its own process group: the kernel ends everything the job started at once
+        if self.subreaper:
+            become_subreaper()  # what the job's own children orphan stays under the job while it runs
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the job's own _die_with_parent sets its handler
@@ -366,6 +415,25 @@ class Template:
             code = info.si_status if info.si_code == os.CLD_EXITED else -info.si_status
             self.exited.add(pid)
             _send(self.control, {"kind": "exited", "pid": pid, "returncode": code})
+        if self.subreaper:
+            self.end_orphans()
+
+    def end_orphans(self) -> None:
+        """End (and collect) every child that is not a job: it was adopted, left behind by a job
+        that ended; a running job's orphans are adopted by the job itself, never by us."""
+        for pid in _own_children() - set(self.children):
+            for kill in (os.killpg, os.kill):  # its group too: what it started in its own session
+                try:
+                    kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+            try:
+                if os.waitpid(pid, os.WNOHANG)[0] == pid:
+                    self.orphans_ended += 1
+                    print(f"kerasmagic template: ended process {pid}, left running by a job that ended",
+                          file=sys.stderr, flush=True)
+            except ChildProcessError:
+                pass  # collected already
 
     def release_zombie(self, pid: int) -> None:
         """The kernel is done with this child: collect it, its pid is free again."""
@@ -393,6 +461,8 @@ class Template:
                 except OSError:
                     pass
             shutil.rmtree(directory, ignore_errors=True)
+        if self.subreaper:
+            self.end_orphans()
         # The kernel's own "my files are in use" locks (pool.hold_owner_lock) go with it.
         for path in self.owner_lock_paths if kernel_dead else ():
             try:

@@ -90,3 +90,57 @@ def test_prestart_pool_makes_the_first_job_warm():
     result = run_isolated("x = 1", quiet=True)
     assert result.worker_state == "warm", result.worker_state
     assert result.origin == "forked" and result.worker_pid not in default_pool().template_pids()
+
+
+# --- what a job starts in a session of its own (issue 23, fault 6) -------------------------------
+
+
+def start_escapee(then: str) -> int:
+    """Start a sleeper in a new session (out of the job's process group), then end as asked."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], start_new_session=True)
+    if then == "sigkill":
+        print(child.pid, flush=True)
+        time.sleep(0.5)  # the kernel reads the pid from the output before the worker dies
+        os.kill(os.getpid(), 9)
+    return child.pid
+
+
+def _running(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def _ended_within(pid: int, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while _running(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return not _running(pid)
+
+
+def test_a_process_a_job_started_in_its_own_session_ends_with_the_job():
+    pid = run_isolated(start_escapee, args=("return",)).value
+    try:
+        assert _ended_within(pid, 10), f"process {pid} that the job started outlived it"
+    finally:
+        if _running(pid):
+            os.kill(pid, signal.SIGKILL)
+
+
+def test_and_with_a_job_that_was_killed():
+    from kerasmagic.isolation import IsolatedCrash
+
+    with pytest.raises(IsolatedCrash) as caught:
+        run_isolated(start_escapee, args=("sigkill",), quiet=True)
+    pid = int(caught.value.last_output.split()[0])
+    try:
+        assert _ended_within(pid, 10), f"process {pid} that the killed job started outlived it"
+    finally:
+        if _running(pid):
+            os.kill(pid, signal.SIGKILL)
