@@ -336,6 +336,49 @@ def test_an_unreachable_cluster_fails_in_seconds_with_the_address():
     assert elapsed < 60, elapsed
 
 
+def test_a_real_heads_address_passes_the_check(cluster):
+    from kerasmagic.isolation.cluster.target import check_reachable
+
+    check_reachable(cluster.address)  # the same probe must let a real GCS through
+
+
+@pytest.mark.parametrize("server", ["silent", "http"])
+def test_a_server_that_is_not_ray_fails_in_seconds_and_says_so(server):
+    # Issue 23, fault 4: ray.init waited minutes on a port that accepts but is not a Ray head.
+    import socket
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    port = listener.getsockname()[1]
+    accepted = []
+
+    def serve():
+        while True:
+            try:
+                connection, _ = listener.accept()
+            except OSError:
+                return
+            accepted.append(connection)
+            if server == "http":
+                connection.recv(1024)
+                connection.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+
+    threading.Thread(target=serve, daemon=True).start()
+    try:
+        elapsed, out = _run_without_cluster(
+            "from kerasmagic import run_isolated\n"
+            f"try:\n    run_isolated('x = 1', on='ray', address='127.0.0.1:{port}')\n"
+            "except Exception as exc:\n    print(type(exc).__name__, exc)\n")
+    finally:
+        listener.close()
+        for connection in accepted:
+            connection.close()
+    assert f"IsolationUsageError something listens at 127.0.0.1:{port} but it is not a Ray cluster's head" in out, out
+    assert ("HTTP/1.1 400" in out) if server == "http" else ("said nothing within 5 s" in out), out
+    assert elapsed < 30, elapsed
+
+
 def test_no_cluster_chosen_and_no_ray_installed_say_what_to_do():
     _, out = _run_without_cluster(
         "from kerasmagic import run_isolated\n"

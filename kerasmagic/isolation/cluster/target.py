@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import socket
 import sys
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -142,14 +143,48 @@ def check_reachable(address: str, timeout: float = REACH_TIMEOUT_S) -> None:
     where = _host_port(address)
     if where is None:
         return  # "auto", "local" and the like: Ray looks them up itself, quickly
+    started = time.monotonic()
     try:
-        with socket.create_connection(where, timeout=timeout):
-            return
+        with socket.create_connection(where, timeout=timeout) as connection:
+            # A Ray head's GCS is a gRPC server: it answers HTTP/2's connection preface with a
+            # SETTINGS frame at once. Any other server (a web server, a database, a port that
+            # accepts and never speaks) left ray.init waiting for minutes (issue 23, fault 4).
+            connection.settimeout(max(0.5, timeout - (time.monotonic() - started)))
+            connection.sendall(_HTTP2_PREFACE + _EMPTY_SETTINGS_FRAME)
+            answer = _read_up_to(connection, 9)
+            if len(answer) == 9 and answer[3] != _SETTINGS_FRAME_TYPE:
+                connection.settimeout(0.5)
+                answer += _read_up_to(connection, 40)  # enough of it to recognise in the message
     except OSError as exc:
         raise IsolationUsageError(
             f"no Ray cluster answers at {address} ({type(exc).__name__} within {timeout:g} s); start one there "
             "(`ray start --head`), check the address (`ray status` on the head node prints it), or use "
             "on='ray-local' to try it on this machine") from None
+    if len(answer) < 9 or answer[3] != _SETTINGS_FRAME_TYPE:
+        said = f"it answered {answer[:40]!r}" if answer else f"it said nothing within {timeout:g} s"
+        raise IsolationUsageError(
+            f"something listens at {address} but it is not a Ray cluster's head ({said}); give the head's GCS "
+            "address (`ray status` on the head node prints it; 6379 by default), or use on='ray-local' to try it "
+            "on this machine")
+
+
+_HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+_EMPTY_SETTINGS_FRAME = b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"  # length 0, type SETTINGS, stream 0
+_SETTINGS_FRAME_TYPE = 0x04
+
+
+def _read_up_to(connection: socket.socket, count: int) -> bytes:
+    """Up to ``count`` bytes, fewer where the peer closes or the timeout passes first."""
+    data = b""
+    try:
+        while len(data) < count:
+            chunk = connection.recv(count - len(data))
+            if not chunk:
+                break
+            data += chunk
+    except (TimeoutError, ConnectionError):
+        pass
+    return data
 
 
 def connect(target: OnRay) -> str:
