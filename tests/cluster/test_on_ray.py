@@ -340,6 +340,7 @@ def test_a_real_heads_address_passes_the_check(cluster):
     from kerasmagic.isolation.cluster.target import check_reachable
 
     check_reachable(cluster.address)  # the same probe must let a real GCS through
+    assert run_isolated("x = 1", on="ray", address=cluster.address).outputs == {"x": 1}
 
 
 @pytest.mark.parametrize("server", ["silent", "http"])
