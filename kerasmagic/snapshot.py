@@ -6,10 +6,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import session_runs
 from .guard import GuardSettings, active_guard, current_settings
 from .holders import HolderReport, collect_heavy, find_holders, running_shell
 from .limits import MemoryLimit, memory_limit
-from . import session_runs
 from .probes import jax_devices as jax_probe
 from .probes import keras as keras_probe
 from .probes import nvml as nvml_probe

@@ -100,7 +100,7 @@ def test_a_loop_that_builds_ops_before_each_run_is_named_with_its_slowdown(shell
 def test_a_graph_rebuilt_with_only_its_learning_rate_changed_is_named(shell):
     _loop(shell, 12, 1)
     ops = shell.user_ns["ops"]
-    per_build = {after - before for before, after in zip(ops, ops[1:])}
+    per_build = {after - before for before, after in zip(ops[:-1], ops[1:], strict=True)}
     assert len(per_build) == 1  # the cell's own count: the same number of ops each iteration
     rebuilt = _kinds(session_runs.findings())["rebuilt"]
     assert (rebuilt["ops_per_build"], rebuilt["builds"], rebuilt["constants_changed"]) == (per_build.pop(), 12, 1)
