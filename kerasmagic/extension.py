@@ -7,7 +7,7 @@ import logging
 import sys
 import time
 
-from . import guard, leak_watch, oom, postmortem
+from . import guard, leak_watch, oom, postmortem, session_runs
 from .live import channel
 from .magics import KerasMagics
 
@@ -31,6 +31,8 @@ def load(shell) -> None:
     shell._kerasmagic_magics = magics
     # The leak watch (per-cell growth) first: the channel's post_run_cell reads what it recorded.
     leak_watch.start(shell)
+    # TensorFlow 1's Session.run timed per cell (wrapped only once TF is imported; put back on unload).
+    session_runs.start(shell)
     # Out-of-memory errors explained below the error IPython shows (TensorFlow, torch, JAX).
     oom.start(shell)
     # The live channel (sidebar) registers itself only inside a kernel; a no-op elsewhere.
@@ -92,6 +94,7 @@ def unload(shell) -> None:
         running_guard.record.close_clean()
         atexit.unregister(running_guard.record.close_clean)
     leak_watch.stop()
+    session_runs.stop()
     oom.stop()
     live_channel = sys.modules.get("kerasmagic.live.channel")
     if live_channel is not None:

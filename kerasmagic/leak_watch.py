@@ -33,6 +33,7 @@ from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import session_runs
 from .holders import collect_heavy
 from .probes import keras as keras_probe
 from .probes import tensorflow as tf_probe
@@ -579,8 +580,12 @@ class CellGrowthReport(Report):
         ([], False)
     """
 
-    def __init__(self, cells: list[dict[str, Any]], *, watching: bool, watched_cells: int) -> None:
+    def __init__(self, cells: list[dict[str, Any]], *, watching: bool, watched_cells: int,
+                 session_runs: list[dict[str, Any]] | None = None) -> None:
         self.cells = cells
+        #: What TensorFlow 1's Session.run calls of the last such cell showed (shown as text; the
+        #: sidebar's ``cell_growth`` message does not carry it).
+        self.session_runs = list(session_runs or [])
         self.watching = watching
         self.watched_cells = watched_cells
         self.ts = time.time()
@@ -643,7 +648,12 @@ class CellGrowthReport(Report):
                        format_bytes((cell["last"] or {}).get("rss_bytes"), signed=True),
                        f"{details(cell['last'])} · {cell['runs']} run{'s' if cell['runs'] != 1 else ''}"
                        + (f" · {cell['first_line']}" if cell["first_line"] else ""))
-        return [flagged, single, recent] if single.rows else [flagged, recent]
+        sections = [flagged, single, recent] if single.rows else [flagged, recent]
+        if self.session_runs:
+            runs = Section("TensorFlow 1: Session.run")
+            runs.notes.extend(finding["text"] for finding in self.session_runs)
+            sections.insert(1, runs)
+        return sections
 
 
 # ---- the watch -----------------------------------------------------------------------------------------
@@ -867,7 +877,8 @@ class LeakWatch:
         return flagged + named + (others if recent is None else others[:recent])
 
     def report(self, recent: int | None = 10) -> CellGrowthReport:
-        return CellGrowthReport(self.summaries(recent), watching=self._started, watched_cells=len(self._cells))
+        return CellGrowthReport(self.summaries(recent), watching=self._started, watched_cells=len(self._cells),
+                                session_runs=session_runs.findings())
 
     def clear(self) -> None:
         """Forget every cell's runs."""

@@ -6,6 +6,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import session_runs
 from .guard import GuardSettings, active_guard, current_settings
 from .holders import HolderReport, collect_heavy, find_holders, running_shell
 from .limits import MemoryLimit, memory_limit
@@ -135,6 +136,8 @@ class MemorySnapshot(Record, Report):
     limit: MemoryLimit | Unavailable | None = None
     #: The guard's settings, and whether it runs in this process (``running``).
     guard: dict[str, Any] = field(default_factory=dict)
+    #: What TensorFlow 1's ``Session.run`` calls of the last such cell showed (:mod:`kerasmagic.session_runs`).
+    session_runs: list[dict[str, Any]] = field(default_factory=list)
 
     def _title(self) -> str:
         return "kerasmagic: memory of this kernel"
@@ -200,6 +203,7 @@ class MemorySnapshot(Record, Report):
             format_value(tf.get("custom_gradient_entries")),
             "TF gradient registry (each can pin a graph)",
         )
+        section.notes.extend(finding["text"] for finding in self.session_runs)
         return section
 
     def _gpu_section(self) -> Section:
@@ -390,4 +394,5 @@ def tf_mem(shell=None, who: bool = False) -> MemorySnapshot:
         jax=jax_probe.snapshot(),
         limit=guarded(memory_limit, "reading the memory limit"),
         guard={**current_settings().to_dict(), "running": active_guard() is not None},
+        session_runs=session_runs.findings(),
     )
