@@ -302,6 +302,49 @@ def test_a_node_killed_mid_job_gives_isolated_crash_and_the_map_goes_on(cluster,
     assert sorted(v for v in result if not isinstance(v, Exception)) == sorted(set(range(3)) - set(crashed))
 
 
+def record_family_and_sleep(path):
+    """Run inside the job: write its pid and those above it (template, agent), then wait."""
+    import os
+    import time
+
+    import psutil
+
+    family = [os.getpid()] + [parent.pid for parent in psutil.Process().parents()[:2]]
+    with open(path + ".tmp", "w") as handle:
+        handle.write(" ".join(map(str, family)))
+    os.replace(path + ".tmp", path)
+    time.sleep(120)
+
+
+def test_a_raylet_killed_mid_job_takes_the_nodes_agent_template_and_job_with_it(cluster, add_node):
+    # Issue 23, fault 3: the crash was reported, but the agent, its template and the job ran on.
+    doomed = add_node()
+    path = _sleeper_pid_file()
+    outcome: list = []
+
+    def run():
+        try:
+            run_isolated(record_family_and_sleep, args=(path,), on=OnRay(node=doomed.node_id), quiet=True)
+        except Exception as exc:  # noqa: BLE001 - the test looks at it below
+            outcome.append(exc)
+
+    runner = threading.Thread(target=run, daemon=True)
+    runner.start()
+    try:
+        deadline = time.monotonic() + 120
+        while not os.path.exists(path) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        family = [int(pid) for pid in open(path).read().split()]
+        os.kill(raylet_pid(doomed), signal.SIGKILL)
+        runner.join(timeout=90)
+        assert outcome and isinstance(outcome[0], IsolatedCrash), outcome
+        left = [pid for pid in family if not _gone(pid, within=30)]
+        assert not left, f"still running after their raylet died: {left} (job, template, agent: {family})"
+    finally:
+        os.unlink(path)
+        cluster.remove_node(doomed, allow_graceful=False)
+
+
 def test_the_kernel_stays_flat_over_many_jobs(cluster):
     import numpy as np
 

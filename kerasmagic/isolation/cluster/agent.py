@@ -161,6 +161,9 @@ def _batched(events: queue.Queue) -> Iterator[list[dict[str, Any]]]:
             yield joined
 
 
+#: How often an agent looks whether its raylet still lives.
+RAYLET_WATCH_S = 1.0
+
 class NodeAgent:
     """One node's isolation pool, serving one kernel's jobs (a Ray actor; see the module).
 
@@ -175,6 +178,21 @@ class NodeAgent:
         self._runs: dict[str, _RelayedRun] = {}
         self._cancelled: set[str] = set()
         self._lock = threading.Lock()
+        threading.Thread(target=self._end_with_raylet, args=(os.getppid(),), name="kerasmagic-agent-raylet-watch",
+                         daemon=True).start()
+
+    def _end_with_raylet(self, raylet_pid: int) -> None:
+        """A raylet that dies leaves its workers running (issue 23, fault 3): this agent, its
+        template and a job ran on for minutes. The agent's parent is its raylet; once it is
+        gone, end the templates and their jobs and leave."""
+        while os.getppid() == raylet_pid:
+            time.sleep(RAYLET_WATCH_S)
+        logger.warning("kerasmagic: this node's raylet (pid %d) is gone: ending the node's jobs and agent",
+                       raylet_pid)
+        try:
+            self.shutdown()
+        finally:
+            os._exit(1)
 
     def describe(self) -> dict[str, Any]:
         """Where the agent is: node id, IP, hostname, pid, and its templates' state."""
