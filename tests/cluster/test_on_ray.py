@@ -345,6 +345,37 @@ def test_a_raylet_killed_mid_job_takes_the_nodes_agent_template_and_job_with_it(
         cluster.remove_node(doomed, allow_graceful=False)
 
 
+def test_ray_shutdown_during_a_job_ends_it_in_words_and_starts_no_cluster(cluster):
+    # Issue 23, fault 2: the cell waited 19 s, raised a bare SystemExit and a new local cluster
+    # was started behind the user's back.
+    import ray
+
+    pid_file = _sleeper_pid_file()
+
+    def shut_down_once_running():
+        _wait_for(pid_file)
+        ray.shutdown()
+
+    stopper = threading.Thread(target=shut_down_once_running, daemon=True)
+    stopper.start()
+    started = time.monotonic()
+    try:
+        with pytest.raises(IsolatedCrash) as caught:
+            run_isolated(SLEEPER, inputs={"pid_file": pid_file}, on="ray", quiet=True)
+        elapsed = time.monotonic() - started
+        stopper.join(timeout=30)
+        assert "ray.shutdown()" in str(caught.value), str(caught.value)
+        assert elapsed < 60, elapsed
+        assert not ray.is_initialized(), "a Ray cluster was started behind the user's back"
+        assert _gone(_wait_for(pid_file, 1), within=30), "the job outlived the connection it ran under"
+    finally:
+        os.unlink(pid_file)
+        if not ray.is_initialized():
+            ray.init(address=cluster.address, log_to_driver=False, logging_level="ERROR")
+    # Connected again, the next job gets new agents.
+    assert run_isolated("x = 1", on="ray").outputs == {"x": 1}
+
+
 def test_the_kernel_stays_flat_over_many_jobs(cluster):
     import numpy as np
 

@@ -571,8 +571,17 @@ def drive_on_ray(runs: list[JobRun], target: OnRay, *, at_once: int = 1, stop_on
             for remote in active:
                 if remote.needs_agent_on is not None and remote.phase not in ("over", "cancelled"):
                     remote.resubmit(session, target)
-            ready, _ = ray.wait([run.events for run in active if run.events is not None], num_returns=1,
-                                timeout=0.25)
+            try:
+                ready, _ = ray.wait([run.events for run in active if run.events is not None], num_returns=1,
+                                    timeout=0.25)
+            except SystemExit:
+                # Ray's answer to a call after ray.shutdown() (from another thread or cell).
+                if ray.is_initialized():
+                    raise
+                ready = []
+            if not ray.is_initialized():
+                _shut_down_under(active, session)
+                break
             by_events = {id(run.events): run for run in active}
             for events_ref in ready:
                 remote = by_events[id(events_ref)]
@@ -612,7 +621,8 @@ def drive_on_ray(runs: list[JobRun], target: OnRay, *, at_once: int = 1, stop_on
         with _interrupts_deferred() as deferred:
             for remote in active:
                 try:
-                    if remote.phase not in ("over", "cancelled"):
+                    # After ray.shutdown() any Ray call would start a new local cluster: none is made.
+                    if remote.phase not in ("over", "cancelled") and ray.is_initialized():
                         remote.cancel(session, "interrupt" if interrupted else "other")
                     _end(remote)
                     notify(remote)
@@ -632,6 +642,24 @@ def drive_on_ray(runs: list[JobRun], target: OnRay, *, at_once: int = 1, stop_on
         raise (stopped[0] if stopped else IsolatedInterrupt("interrupted before a job started on the cluster")) \
             from None
     return remote_runs
+
+
+def _shut_down_under(active: list[RayJobRun], session: ClusterSession) -> None:
+    """``ray.shutdown()`` ran while jobs did: they end here in words, and nothing of Ray is called
+    again (any call would quietly start a new local cluster, issue 23, fault 2)."""
+    global _session
+    if _session is session:
+        _session = None  # its agents went with the connection; a later ray.init() gets new ones
+    for remote in active:
+        if remote.phase in ("over", "cancelled"):
+            continue
+        remote._flush_partial_lines()
+        remote.result.last_output = _last_lines(remote.tail)
+        remote._fail(IsolatedCrash(
+            f"Ray was shut down (ray.shutdown()) while the isolated job ran on node {remote._where()}: this "
+            "process's connection to the cluster ended, and the job's agent ends its process with it. Nothing was "
+            "started again: call ray.init(...) and run it again" + _output(remote.result.last_output),
+            remote.result, last_output=remote.result.last_output), "crash")
 
 
 def _end(remote: RayJobRun) -> None:
