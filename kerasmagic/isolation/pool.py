@@ -545,6 +545,10 @@ class Template:
         """Start the process (on the pool thread). Raises OSError when it cannot be started."""
         if self._killed:
             raise RuntimeError("the template was stopped before it started")
+        # Not only when the pool is made: a kernel that died while this one ran (killed while
+        # its template imported, or a zombie its server had not reaped yet when this pool was
+        # made) left files that nothing else will remove (issue 23, fault 5).
+        sweep_orphans()
         control, child_control = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         watch_read, watch_write = os.pipe()
         self.log_path = _log_file("template")

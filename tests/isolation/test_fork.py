@@ -298,3 +298,22 @@ def test_the_template_ends_when_its_kernel_is_killed_again_and_again():
         finally:
             kernel.kill()
             kernel.stdout.close()
+
+
+def test_each_new_template_sweeps_what_kernels_that_died_since_left():
+    # Issue 23, fault 5: only a new pool swept, so what a kernel that died later left stayed.
+    import uuid
+
+    from kerasmagic.isolation.pool import default_pool, worker_spec
+
+    pool = default_pool()  # made long ago: its own sweep is over
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    folder = tempfile.mkdtemp(prefix=f"kerasmagic-isolated-{dead.pid}-")
+    before = set(pool.template_pids())
+    # A spec no template has yet: the pool starts a new one.
+    spec = worker_spec(env={"KERASMAGIC_SWEEP_TEST": uuid.uuid4().hex})
+    pool.prestart(spec)
+    assert pool.wait_until_warm(spec, timeout=120)
+    assert set(pool.template_pids()) - before, "no new template was started"
+    assert not os.path.exists(folder), "the dead kernel's folder outlived a new template's start"
