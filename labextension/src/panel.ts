@@ -21,6 +21,7 @@ import {
   sumGpu
 } from './connection';
 import { LeakWatchSection } from './cells';
+import { rssReconciliation } from './reconcile';
 import { waitingNotice } from './waiting';
 import { ClearSection } from './clearing';
 import { formatBytes, formatCount, formatSeconds } from './format';
@@ -721,7 +722,17 @@ export class KerasMagicPanel extends Widget {
           (sub ? ` (${sub})` : '')
       );
     };
-    show(h.rss, bytesOrDash(sample.rss_bytes));
+    // Whose figure it is, and how it meets top's and jupyter-resource-usage's (the hover).
+    const rss = rssReconciliation(sample, trans);
+    show(h.rss, bytesOrDash(sample.rss_bytes), rss.lines.join('\n'));
+    h.rss.node.title = rss.title;
+    const tree = sample.process_tree;
+    this.node.dataset.pssBytes =
+      tree && !isUnavailable(tree) && isNumber(tree.pss_bytes)
+        ? String(tree.pss_bytes)
+        : '';
+    this.node.dataset.withChildrenBytes =
+      rss.withChildrenBytes === null ? '' : String(rss.withChildrenBytes);
     const cpu = (name: string) => !isGpuDevice(name);
     const inUse = sumDevices(sample.tf, 'in_use_bytes', cpu);
     const unused = sumDevices(sample.tf, 'held_unused_min_bytes', cpu);

@@ -59,7 +59,7 @@ export interface IMarkLike {
 /** The part of a `TranslationBundle` the timeline needs (jest passes a plain one). */
 export interface IWording {
   __(msgid: string, ...args: any[]): string;
-  /** Singular or plural by `n` (TranslationBundle's `_n`). */
+  /** Singular or plural by `n` (TranslationBundle's `_n`): `n` is %1, `args` follow from %2. */
   _n(msgid: string, msgidPlural: string, n: number, ...args: any[]): string;
 }
 
