@@ -882,13 +882,29 @@ export class Timeline {
         marks
       );
       svg('line', { x1: mx, x2: mx, y1: BAND, y2: stripTop + STRIP }, group);
+      if (markGroup.showLabel) {
+        // A backing under the label: at the foot of the plot the TF lines often run near
+        // zero, and a halo alone leaves them crossing 16 px text.
+        svg(
+          'rect',
+          {
+            class: 'jp-KerasMagic-markBacking',
+            x: markGroup.labelX - 1,
+            y: BAND + PLOT - 4 - fontPx,
+            width: markGroup.label.length * g.charPx + 2,
+            height: fontPx + 3,
+            rx: 2
+          },
+          group
+        );
+      }
       const label = svg(
         'text',
         {
           class: 'jp-KerasMagic-markLabel',
           x: markGroup.labelX,
           // At the foot of the byte plot: its top row holds the axis' labels (the zero
-          // tick has none), and a memory line is rarely near zero.
+          // tick has none) and the RSS line's peak; the backing covers the lines here.
           y: BAND + PLOT - 4,
           'text-anchor': 'start'
         },
