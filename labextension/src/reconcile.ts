@@ -9,6 +9,9 @@ import { formatBytes } from './format';
 import { IProcessTree, ISample, isNumber, isUnavailable } from './protocol';
 import { formatClock, IWording } from './timeline';
 
+/** A process-tree reading older than this (seconds) says its age beside the live RSS. */
+const STALE_S = 10;
+
 /** The RSS headline's lines under the figure and its hover text. */
 export interface IRssReconciliation {
   /** Under the figure, one line each: whose figure, its PSS, and with the children. */
@@ -65,9 +68,17 @@ function withTree(
   trans: IWording
 ): IRssReconciliation {
   const parts = [base];
-  const first = isNumber(tree.pss_bytes)
-    ? trans.__('this process · PSS %1', formatBytes(tree.pss_bytes))
-    : trans.__('this process');
+  // Read every 5 s or more seldom (its cost): beside a live RSS an older PSS says its age.
+  const age = Math.round(sample.ts - tree.ts);
+  const first = !isNumber(tree.pss_bytes)
+    ? trans.__('this process')
+    : age > STALE_S
+      ? trans.__(
+          'this process · PSS %1, %2 s ago',
+          formatBytes(tree.pss_bytes),
+          age
+        )
+      : trans.__('this process · PSS %1', formatBytes(tree.pss_bytes));
   if (isNumber(tree.pss_bytes)) {
     parts.push(
       trans.__(

@@ -64,6 +64,17 @@ describe('rssReconciliation', () => {
     expect(older.title).not.toMatch(/PSS/);
   });
 
+  it('gives the age of a reading older than 10 s beside the live RSS', () => {
+    const s = sample('sample_process_tree'); // read 4.3 s before the sample
+    expect(rssReconciliation(s, trans).lines[0]).toBe(
+      'this process · PSS 393 MiB'
+    );
+    const old = { ...s, ts: (s.process_tree as any).ts + 31.6 };
+    expect(rssReconciliation(old, trans).lines[0]).toBe(
+      'this process · PSS 393 MiB, 32 s ago'
+    );
+  });
+
   it('uses the singular for one child', () => {
     const s = sample('sample_process_tree');
     const one = {
