@@ -5,7 +5,7 @@ Runs the real probes (process RSS, TF allocator, NVML) in this process, with Ten
 and its runtime started (the realistic case). The record phase runs the kernel's real channel
 (kerasmagic.live.channel.LiveChannel, as `%load_ext` starts it, with no comm open): each sample
 goes into the kernel's history. The panel phases send each sample through json.dumps as the comm
-would. Two measures per phase:
+would, with the process tree (PSS and child processes, protocol 1.6) a looking panel adds. Two measures per phase:
 - the sampler thread's own CPU time (its thread CPU clock, nanoseconds), and
 - the whole process's CPU time (includes TF's idle threads).
 
@@ -46,6 +46,7 @@ def _phase(name: str, interval_s: float | None, seconds: float) -> dict:
         sampler = channel.sampler
     else:
         sampler = Sampler(lambda sample: sent.append(len(json.dumps(sample))), interval_s=interval_s)
+        sampler.tree_wanted = True  # a panel looks: PSS and the child processes, every few seconds
         sampler.set_active(True)
     deadline = time.monotonic() + 10
     while sampler.thread is None and time.monotonic() < deadline:
@@ -85,8 +86,14 @@ def main() -> None:
 
     cost = [take_sample(i)["sample_cost_s"] for i in range(200)]
     size = len(json.dumps(take_sample(0)))
+    from kerasmagic.probes.process import process_tree_memory
+
+    started = time.perf_counter()
+    process_tree_memory()
+    tree_ms = 1000 * (time.perf_counter() - started)
     print(f"TensorFlow {tf_version}; one sample: median probe cost {1000 * sorted(cost)[100]:.3f} ms, "
-          f"{size} bytes of JSON; {os.cpu_count()} CPUs; {args.seconds:.0f} s per phase")
+          f"{size} bytes of JSON; one process-tree reading (PSS, children) {tree_ms:.1f} ms; "
+          f"{os.cpu_count()} CPUs; {args.seconds:.0f} s per phase")
     print(f"{'phase':<18}{'samples':>8}{'sampler thread CPU':>20}{'process CPU':>13}{'per sample':>12}")
     rows = [_phase(name, interval, args.seconds)
             for name, interval in (("record, no panel", None), ("panel at 1 Hz", 1.0), ("panel at 10 Hz", 0.1))]

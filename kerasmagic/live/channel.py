@@ -220,6 +220,9 @@ class LiveChannel:
         interval = self._view_interval_s if looking else max(self._view_interval_s, RECORD_INTERVAL_S)
         if interval != self.sampler.interval_s:
             self.sampler.set_interval(interval)
+        if looking and not self.sampler.tree_wanted:
+            self.sampler.tree.refresh_soon()
+        self.sampler.tree_wanted = looking
         self.sampler.set_active(self._recording or looking)
 
     def _send(self, comm, data: dict[str, Any], metadata: dict | None = None) -> None:

@@ -25,7 +25,7 @@ __all__ = [
 
 TARGET_NAME = "kerasmagic.live"
 #: Bumped independently of the package version: major = incompatible, minor = additive.
-PROTOCOL_VERSION = "1.5.0"
+PROTOCOL_VERSION = "1.6.0"
 
 MIN_INTERVAL_S = 0.1
 MAX_INTERVAL_S = 60.0
@@ -142,7 +142,7 @@ def check_version(peer_version: Any) -> None:
         >>> check_version("2.0.0")  # doctest: +ELLIPSIS
         Traceback (most recent call last):
         ...
-        kerasmagic.live.protocol.ProtocolError: this kernel's kerasmagic speaks protocol 1.5.0, the frontend 2.0.0: ...
+        kerasmagic.live.protocol.ProtocolError: this kernel's kerasmagic speaks protocol 1.6.0, the frontend 2.0.0: ...
     """
     if _major(peer_version) != _major(PROTOCOL_VERSION):
         raise ProtocolError(
@@ -294,6 +294,20 @@ def _cells(value: Any) -> bool:
     return isinstance(value, list) and all(_cell(cell) for cell in value)
 
 
+def _process_tree(value: Any) -> bool:
+    """A sample's ``process_tree`` (since 1.6): the kernel's PSS and its child processes' RSS
+    and PSS as of ``ts``, or unavailable."""
+    if _is_unavailable(value):
+        return True
+    return (
+        isinstance(value, dict)
+        and _is_number(value.get("ts"))
+        and _is_number(value.get("children_count"))
+        and _is_number(value.get("children_rss_bytes"))
+        and all(_number_or_unavailable(value.get(k)) for k in ("pss_bytes", "children_pss_bytes"))
+    )
+
+
 def _host(value: Any) -> bool:
     """A sample's ``host`` (since 1.3): the machine's memory, or unavailable."""
     if _is_unavailable(value):
@@ -394,8 +408,9 @@ _TO_FRONTEND: dict[str, tuple[dict, dict]] = {
         {"seq": _NUM, "ts": _NUM, "rss_bytes": _number_or_unavailable, "tf": _tf, "gpu": _gpu,
          "sample_cost_s": _NUM},
         # Since 1.3 (a 1.2 frontend ignores them): cpu_pct, host; since 1.4: torch, jax;
-        # since 1.5: interval_s, the interval the sample was taken at.
-        {"cpu_pct": _number_or_unavailable, "host": _host, "torch": _torch, "jax": _jax, "interval_s": _NUM},
+        # since 1.5: interval_s, the interval the sample was taken at; since 1.6: process_tree.
+        {"cpu_pct": _number_or_unavailable, "host": _host, "torch": _torch, "jax": _jax, "interval_s": _NUM,
+         "process_tree": _process_tree},
     ),
     "facts": (
         {"ts": _NUM, "execution_count": _NUM, "tf_status": _str_or_unavailable,

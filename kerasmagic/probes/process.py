@@ -18,8 +18,8 @@ from typing import Any
 from .availability import Unavailable, guarded
 from .cgroup import memory_cgroup
 
-__all__ = ['PeakRss', 'container_limit_bytes', 'high_water_rss_bytes', 'host_memory', 'pss_uss_bytes', 'rss_bytes',
-           'snapshot']
+__all__ = ['PeakRss', 'container_limit_bytes', 'descendant_pids', 'high_water_rss_bytes', 'host_memory',
+           'process_tree_memory', 'pss_uss_bytes', 'rss_bytes', 'snapshot']
 
 _STATUS_PATH = "/proc/self/status"
 _CLEAR_REFS_PATH = "/proc/self/clear_refs"
@@ -134,11 +134,14 @@ def high_water_rss_bytes() -> int | Unavailable:
         return Unavailable("not_supported", f"no peak RSS from the OS here ({exc})")
 
 
-def pss_uss_bytes() -> dict[str, int]:
-    """``pss_bytes`` and ``uss_bytes`` of this process, where Linux gives them (else fewer keys).
+def pss_uss_bytes(pid: int | str = "self") -> dict[str, int]:
+    """``pss_bytes`` and ``uss_bytes`` of this process (or of ``pid``), where Linux gives them
+    (else fewer keys).
 
     A forked child shares its parent's pages, so its RSS counts them again: PSS counts each
     shared page in proportion to its sharers, USS only the pages this process alone has.
+    The kernel walks the process's page tables to answer: about 15 ms for a 1.2 GiB process
+    with TensorFlow (2-core Xeon), so a sampler reads it far less often than RSS.
 
     Example:
         >>> sorted(pss_uss_bytes())                   # doctest: +SKIP
@@ -146,7 +149,7 @@ def pss_uss_bytes() -> dict[str, int]:
     """
     figures: dict[str, int] = {}
     try:
-        with open("/proc/self/smaps_rollup", "rb") as rollup:
+        with open(f"/proc/{pid}/smaps_rollup", "rb") as rollup:
             for line in rollup:
                 key, _, rest = line.partition(b":")
                 if key in (b"Pss", b"Private_Clean", b"Private_Dirty"):
@@ -159,6 +162,87 @@ def pss_uss_bytes() -> dict[str, int]:
     if "Private_Clean" in figures and "Private_Dirty" in figures:
         result["uss_bytes"] = figures["Private_Clean"] + figures["Private_Dirty"]
     return result
+
+
+def _pid_rss_bytes(pid: int) -> int:
+    with open(f"/proc/{pid}/statm", "rb") as statm:
+        return int(statm.read().split()[1]) * _PAGE_SIZE
+
+
+def descendant_pids(pid: int | str = "self") -> list[int]:
+    """The pids of this process's children, their children and so on (Linux), in walk order.
+
+    Read from ``/proc/<pid>/task/<tid>/children`` of every thread: a child belongs to the
+    thread that started it (kerasmagic starts its isolation template from a helper thread).
+    Elsewhere, or on a kernel built without that file, the list is empty.
+
+    Example:
+        >>> import subprocess, sys
+        >>> child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(5)"])
+        >>> child.pid in descendant_pids()            # doctest: +SKIP
+        True
+        >>> child.kill(); _ = child.wait()
+    """
+    found: list[int] = []
+    queue: list[int | str] = [pid]
+    while queue:
+        parent = queue.pop(0)
+        try:
+            tids = os.listdir(f"/proc/{parent}/task")
+        except OSError:
+            continue  # gone, or no /proc here
+        for tid in tids:
+            try:
+                with open(f"/proc/{parent}/task/{tid}/children", "rb") as children:
+                    pids = [int(child) for child in children.read().split()]
+            except (OSError, ValueError):
+                continue
+            for child in pids:
+                if child not in found:  # a pid reused mid-walk must not loop
+                    found.append(child)
+                    queue.append(child)
+    return found
+
+
+def process_tree_memory() -> dict[str, Any] | Unavailable:
+    """This process's PSS, and the RSS and PSS of its descendants (the isolation template and
+    its running jobs, any other child), as the sidebar reconciles its RSS with its neighbours':
+    ``{"pss_bytes", "children_count", "children_rss_bytes", "children_pss_bytes"}``.
+
+    RSS counts shared pages (libraries, a forked child's inherited pages) in full in every
+    process that maps them; PSS shares them out, so PSS sums across processes and RSS does not.
+    A PSS the OS does not give is unavailable; a child that exits mid-read is left out.
+    Costly (see :func:`pss_uss_bytes`): read it every few tens of seconds, not every tick.
+
+    Example:
+        >>> tree = process_tree_memory()              # Linux
+        >>> tree["pss_bytes"] <= rss_bytes(), tree["children_count"] >= 0   # doctest: +SKIP
+        (True, True)
+    """
+    if not sys.platform.startswith("linux"):
+        return Unavailable("not_supported", "PSS and child processes are read from Linux's /proc")
+    own = pss_uss_bytes().get("pss_bytes")
+    count = children_rss = children_pss = 0
+    pss_missing = own is None
+    for pid in descendant_pids():
+        try:
+            rss = _pid_rss_bytes(pid)
+        except (OSError, ValueError, IndexError):
+            continue  # it exited between the walk and now
+        pss = pss_uss_bytes(pid).get("pss_bytes")
+        count += 1
+        children_rss += rss
+        if pss is None:
+            pss_missing = True
+        else:
+            children_pss += pss
+    missing = Unavailable("not_supported", "no /proc/<pid>/smaps_rollup here (Linux 4.14 or later gives it)")
+    return {
+        "pss_bytes": missing if own is None else own,
+        "children_count": count,
+        "children_rss_bytes": children_rss,
+        "children_pss_bytes": missing if pss_missing and count else children_pss,
+    }
 
 
 def _exact_peak_supported() -> bool:

@@ -91,6 +91,12 @@ const plugin: JupyterFrontEndPlugin<void> = {
             console.warn('kerasmagic: cannot remember the choice', reason)
           );
       },
+      saveClassroom: on =>
+        void settings
+          ?.set('classroom', on)
+          .catch(reason =>
+            console.warn('kerasmagic: cannot remember classroom mode', reason)
+          ),
       saveWindow: minutes =>
         void settings
           ?.set('timeline_window', minutes)
@@ -140,6 +146,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
           panel.timelineWindow = Number(
             loaded.get('timeline_window').composite ?? 0
           );
+          panel.classroom = loaded.get('classroom').composite === true;
           connection.setAutoload(
             (loaded.get('autoload').composite as string[]) ?? []
           );

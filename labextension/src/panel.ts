@@ -21,6 +21,7 @@ import {
   sumGpu
 } from './connection';
 import { LeakWatchSection } from './cells';
+import { rssReconciliation } from './reconcile';
 import { waitingNotice } from './waiting';
 import { ClearSection } from './clearing';
 import { formatBytes, formatCount, formatSeconds } from './format';
@@ -50,10 +51,12 @@ import {
   PROTOCOL_VERSION
 } from './protocol';
 import {
+  classroomGeometry,
   formatClock,
   formatPct,
   ICellRunLike,
   ISeriesSpec,
+  NORMAL_GEOMETRY,
   Timeline
 } from './timeline';
 import { el } from './dom';
@@ -148,6 +151,8 @@ export namespace KerasMagicPanel {
     saveWindow?: (minutes: number) => void;
     /** Load kerasmagic by itself in new kernels of this notebook path, or stop (settings). */
     saveAutoload?: (path: string, on: boolean) => void;
+    /** The user switched classroom mode: remember it (the settings' `classroom`). */
+    saveClassroom?: (on: boolean) => void;
   }
 }
 
@@ -161,9 +166,28 @@ export class KerasMagicPanel extends Widget {
     this.node.tabIndex = -1;
 
     const header = el('div', 'jp-KerasMagic-header');
-    header.appendChild(
+    const titleRow = el('div', 'jp-KerasMagic-titleRow');
+    titleRow.appendChild(
       el('h2', 'jp-KerasMagic-title', trans.__('Keras memory'))
     );
+    // A projector's sidebar: large type, high-contrast lines, a chart as tall as the panel
+    // allows. A toggle (aria-pressed), remembered in the settings.
+    this._classroomButton = el(
+      'button',
+      'jp-KerasMagic-classroomToggle',
+      trans.__('Classroom')
+    );
+    this._classroomButton.type = 'button';
+    this._classroomButton.title = trans.__(
+      'Classroom mode: large type, high-contrast lines and a taller chart, for a projector'
+    );
+    this._classroomButton.setAttribute('aria-pressed', 'false');
+    this._classroomButton.addEventListener('click', () => {
+      this.classroom = !this._classroom;
+      options.saveClassroom?.(this._classroom);
+    });
+    titleRow.appendChild(this._classroomButton);
+    header.appendChild(titleRow);
     this._kernelLabel = el('div', 'jp-KerasMagic-kernel');
     header.appendChild(this._kernelLabel);
     this._restarted = el('div', 'jp-KerasMagic-restarted');
@@ -296,6 +320,9 @@ export class KerasMagicPanel extends Widget {
 
     this.connection.stateChanged.connect(this._update, this);
     this.connection.changed.connect(this._update, this);
+    // The classroom chart follows the panel's height (the sidebar's, resized with the window).
+    this._resize = new ResizeObserver(() => this._fitChart());
+    this._resize.observe(this.node);
     this._update();
   }
 
@@ -306,6 +333,7 @@ export class KerasMagicPanel extends Widget {
       return;
     }
     this._stopTicker();
+    this._resize.disconnect();
     this._timeline.dispose();
     this._deadTimeline?.dispose();
     this.connection.stateChanged.disconnect(this._update, this);
@@ -326,6 +354,26 @@ export class KerasMagicPanel extends Widget {
   /** The timeline's window (minutes; 0: all the history), as the settings remember it. */
   set timelineWindow(minutes: number) {
     this._timeline.windowMinutes = minutes;
+  }
+
+  /** Classroom mode: large type, high-contrast series, a chart that grows with the panel. */
+  get classroom(): boolean {
+    return this._classroom;
+  }
+
+  set classroom(on: boolean) {
+    this._classroom = on;
+    this.node.classList.toggle('jp-mod-classroom', on);
+    this.node.dataset.classroom = String(on);
+    this._classroomButton.setAttribute('aria-pressed', String(on));
+    this._fitChart();
+  }
+
+  /** The chart's rows for the mode and, in classroom mode, the panel's height. */
+  private _fitChart(): void {
+    this._timeline.geometry = this._classroom
+      ? classroomGeometry(this.node.clientHeight)
+      : NORMAL_GEOMETRY;
   }
 
   // ---- building --------------------------------------------------------------------------
@@ -674,7 +722,17 @@ export class KerasMagicPanel extends Widget {
           (sub ? ` (${sub})` : '')
       );
     };
-    show(h.rss, bytesOrDash(sample.rss_bytes));
+    // Whose figure it is, and how it meets top's and jupyter-resource-usage's (the hover).
+    const rss = rssReconciliation(sample, trans);
+    show(h.rss, bytesOrDash(sample.rss_bytes), rss.lines.join('\n'));
+    h.rss.node.title = rss.title;
+    const tree = sample.process_tree;
+    this.node.dataset.pssBytes =
+      tree && !isUnavailable(tree) && isNumber(tree.pss_bytes)
+        ? String(tree.pss_bytes)
+        : '';
+    this.node.dataset.withChildrenBytes =
+      rss.withChildrenBytes === null ? '' : String(rss.withChildrenBytes);
     const cpu = (name: string) => !isGpuDevice(name);
     const inUse = sumDevices(sample.tf, 'in_use_bytes', cpu);
     const unused = sumDevices(sample.tf, 'held_unused_min_bytes', cpu);
@@ -1203,6 +1261,9 @@ export class KerasMagicPanel extends Widget {
   private _timeline: Timeline;
   private _showRunCallback?: (run: ICellRunLike) => Promise<boolean>;
   private _runStatus: HTMLElement;
+  private _classroomButton: HTMLButtonElement;
+  private _classroom = false;
+  private _resize: ResizeObserver;
   private _tfSection: {
     node: HTMLElement;
     title: HTMLElement;

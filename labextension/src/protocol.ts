@@ -6,7 +6,7 @@
 
 export const TARGET_NAME = 'kerasmagic.live';
 /** Bumped independently of the package version: major = incompatible, minor = additive. */
-export const PROTOCOL_VERSION = '1.5.0';
+export const PROTOCOL_VERSION = '1.6.0';
 export const MIN_INTERVAL_S = 0.1;
 export const MAX_INTERVAL_S = 60;
 
@@ -111,6 +111,21 @@ export interface ISample {
   jax?: IJaxAllocator | IUnavailable;
   /** Since 1.5: the interval this sample was taken at; a longer silence before it is a gap. */
   interval_s?: number;
+  /** Since 1.6, while a panel looks: PSS and the child processes, read every few seconds. */
+  process_tree?: IProcessTree | IUnavailable;
+}
+
+/**
+ * The kernel's PSS and its child processes' memory (the isolation template, its jobs, any
+ * other child), as of `ts`: what reconciles the kernel's RSS with `top` and
+ * jupyter-resource-usage.
+ */
+export interface IProcessTree {
+  ts: number;
+  pss_bytes: MaybeNumber;
+  children_count: number;
+  children_rss_bytes: number;
+  children_pss_bytes: MaybeNumber;
 }
 
 export interface ILiveModel {
@@ -494,6 +509,16 @@ const host: Check = v =>
   isUnavailable(v) ||
   (isObject(v) && isNumber(v.total_bytes) && isNumber(v.available_bytes));
 
+/** A sample's `process_tree` (since 1.6). */
+const processTree: Check = v =>
+  isUnavailable(v) ||
+  (isObject(v) &&
+    isNumber(v.ts) &&
+    isNumber(v.children_count) &&
+    isNumber(v.children_rss_bytes) &&
+    numberOrUnavailable(v.pss_bytes) &&
+    numberOrUnavailable(v.children_pss_bytes));
+
 /** A framework allocator's `{status, devices: {name: {field: value}}}` (since 1.4). */
 function frameworkDevices(
   v: unknown,
@@ -602,13 +627,14 @@ const TO_FRONTEND: { [method: string]: IFieldSpec } = {
       sample_cost_s: isNumber
     },
     // Since 1.3 (a 1.2 frontend ignores them): cpu_pct, host; since 1.4: torch, jax;
-    // since 1.5: interval_s.
+    // since 1.5: interval_s; since 1.6: process_tree.
     optional: {
       cpu_pct: numberOrUnavailable,
       host,
       torch,
       jax,
-      interval_s: isNumber
+      interval_s: isNumber,
+      process_tree: processTree
     }
   },
   facts: {

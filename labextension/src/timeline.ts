@@ -59,7 +59,7 @@ export interface IMarkLike {
 /** The part of a `TranslationBundle` the timeline needs (jest passes a plain one). */
 export interface IWording {
   __(msgid: string, ...args: any[]): string;
-  /** Singular or plural by `n` (TranslationBundle's `_n`). */
+  /** Singular or plural by `n` (TranslationBundle's `_n`): `n` is %1, `args` follow from %2. */
   _n(msgid: string, msgidPlural: string, n: number, ...args: any[]): string;
 }
 
@@ -377,6 +377,8 @@ export interface IMarkGroup {
   label: string;
   /** False where the label would run into the previous group's: the hover still says it. */
   showLabel: boolean;
+  /** Where the label starts: right of the mark, or left of it so as to end inside the chart. */
+  labelX: number;
 }
 
 /**
@@ -388,7 +390,8 @@ export function groupMarks(
   x: (ts: number) => number,
   text: (kind: string) => string,
   minGapPx = 14,
-  charPx = 6.5
+  charPx = 6.5,
+  width = Infinity
 ): IMarkGroup[] {
   const groups: IMarkGroup[] = [];
   for (const mark of [...marks].sort((a, b) => a.ts - b.ts)) {
@@ -397,7 +400,13 @@ export function groupMarks(
     if (last && mx - last.x < minGapPx) {
       last.marks.push(mark);
     } else {
-      groups.push({ x: mx, marks: [mark], label: '', showLabel: false });
+      groups.push({
+        x: mx,
+        marks: [mark],
+        label: '',
+        showLabel: false,
+        labelX: mx + 3
+      });
     }
   }
   let previousEnd = -Infinity;
@@ -407,22 +416,83 @@ export function groupMarks(
     group.label = [...counts.entries()]
       .map(([kind, n]) => (n > 1 ? `${n}× ${text(kind)}` : text(kind)))
       .join(', ');
-    const left = group.x + 3;
-    group.showLabel = left >= previousEnd;
+    // A mark near the right edge (the newest: the one looked for) has its label end at the
+    // edge, never past it, nor past the left edge where the chart is narrow.
+    const labelWidth = group.label.length * charPx + 4;
+    const left = Math.max(0, Math.min(group.x + 3, width - labelWidth));
+    group.labelX = left;
+    group.showLabel = left >= previousEnd && left + labelWidth <= width;
     if (group.showLabel) {
-      previousEnd = left + group.label.length * charPx + 4;
+      previousEnd = left + labelWidth;
     }
   }
   return groups;
 }
 
 const SVG_NS = 'http://www.w3.org/2000/svg';
-const BAND = 16; // the cell-span label band above the plot
-const PLOT = 112; // the byte plot
-const GAP = 6;
-const STRIP = 26; // the CPU strip
-const AXIS = 13; // time labels
-const HEIGHT = BAND + PLOT + GAP + STRIP + AXIS;
+
+/**
+ * The chart's rows in pixels, top to bottom, and the size of its text. The text rows (the
+ * span label band, the time axis) follow `fontPx`, and `charPx` is what a label's character
+ * takes, for the layouts that keep labels apart.
+ */
+export interface IChartGeometry {
+  /** The cell-span label band above the plot. */
+  band: number;
+  /** The byte plot. */
+  plot: number;
+  gap: number;
+  /** The CPU strip. */
+  strip: number;
+  /** The time labels. */
+  axis: number;
+  fontPx: number;
+  charPx: number;
+}
+
+/** The sidebar's usual chart: 173 px tall, 10 px text. */
+export const NORMAL_GEOMETRY: IChartGeometry = {
+  band: 16,
+  plot: 112,
+  gap: 6,
+  strip: 26,
+  axis: 13,
+  fontPx: 10,
+  charPx: 6.5
+};
+
+/** The share of the panel's height the classroom chart takes, and its plot's bounds. */
+const CLASSROOM_SHARE = 0.45;
+const CLASSROOM_PLOT_MIN = 140;
+const CLASSROOM_PLOT_MAX = 560;
+
+/**
+ * The classroom chart for a panel `panelHeight` pixels tall: 16 px text, and a plot that
+ * grows with the panel (a projector's sidebar is tall) within bounds.
+ *
+ * @example
+ * classroomGeometry(650).plot; // 201: 45 % of 650 px less the text rows and the CPU strip
+ */
+export function classroomGeometry(panelHeight: number): IChartGeometry {
+  const fixed = { band: 24, gap: 8, strip: 40, axis: 20 };
+  const rows = fixed.band + fixed.gap + fixed.strip + fixed.axis;
+  const wanted = Math.round(
+    (Number.isFinite(panelHeight) ? panelHeight : 0) * CLASSROOM_SHARE - rows
+  );
+  return {
+    ...fixed,
+    plot: Math.min(CLASSROOM_PLOT_MAX, Math.max(CLASSROOM_PLOT_MIN, wanted)),
+    fontPx: 16,
+    // 16 px UI text is about 9.5 px a character ("[12]", "3× clear"); a little over it, so
+    // that labels are kept apart rather than overlapping.
+    charPx: 10
+  };
+}
+
+/** The chart's whole height for `g`. */
+export function chartHeight(g: IChartGeometry): number {
+  return g.band + g.plot + g.gap + g.strip + g.axis;
+}
 
 function svg<K extends keyof SVGElementTagNameMap>(
   tag: K,
@@ -502,7 +572,7 @@ export class Timeline {
       class: 'jp-KerasMagic-chart',
       role: 'img',
       tabindex: 0,
-      height: HEIGHT
+      height: chartHeight(NORMAL_GEOMETRY)
     });
     this._describedBy = el('div', 'jp-KerasMagic-srOnly');
     this._describedBy.id = `jp-KerasMagic-chartDesc-${++Timeline._count}`;
@@ -565,6 +635,21 @@ export class Timeline {
     }
   }
 
+  /** The rows and text size the chart is drawn with (the panel's classroom mode sets it). */
+  get geometry(): IChartGeometry {
+    return this._geometry;
+  }
+
+  set geometry(geometry: IChartGeometry) {
+    const same = (Object.keys(geometry) as (keyof IChartGeometry)[]).every(
+      key => geometry[key] === this._geometry[key]
+    );
+    if (!same) {
+      this._geometry = geometry;
+      this._draw();
+    }
+  }
+
   dispose(): void {
     this._resize.disconnect();
   }
@@ -610,7 +695,14 @@ export class Timeline {
     const data = this._data;
     const width = this._width || Math.round(this._frame.clientWidth) || 240;
     this._width = width;
+    const g = this._geometry;
+    const { band: BAND, plot: PLOT, gap: GAP, strip: STRIP, fontPx } = g;
+    const HEIGHT = chartHeight(g);
+    root.setAttribute('height', String(HEIGHT));
     root.setAttribute('viewBox', `0 0 ${width} ${HEIGHT}`);
+    root.style.fontSize = `${fontPx}px`;
+    this.node.dataset.geometry =
+      fontPx === NORMAL_GEOMETRY.fontPx ? 'normal' : 'large';
     root.setAttribute(
       'aria-label',
       this._windowMin === FIT
@@ -656,7 +748,7 @@ export class Timeline {
 
     // Cell spans first, so that lines and marks are drawn over them.
     const spansLayer = svg('g', { class: 'jp-KerasMagic-spans' }, root);
-    this._spans = layoutSpans(data.runs, from, to, width);
+    this._spans = layoutSpans(data.runs, from, to, width, g.charPx);
     this._spans.forEach((box, index) => {
       const group = svg(
         'g',
@@ -665,7 +757,13 @@ export class Timeline {
           'data-run': index,
           'data-label': box.label,
           'data-change': runChange(box.run)?.change ?? '',
-          'data-status': box.run.status
+          'data-status': box.run.status,
+          // A label wider than its tab lies on the background, not the tab: its colour
+          // must read on the background (timeline.css).
+          'data-label-inside': String(
+            box.labelX >= box.x &&
+              box.labelX + box.label.length * g.charPx <= box.x + box.width
+          )
         },
         spansLayer
       );
@@ -695,7 +793,11 @@ export class Timeline {
       if (box.showLabel) {
         const text = svg(
           'text',
-          { class: 'jp-KerasMagic-spanLabel', x: box.labelX + 2, y: BAND - 4 },
+          {
+            class: 'jp-KerasMagic-spanLabel',
+            x: box.labelX + 2,
+            y: BAND - Math.round(fontPx * 0.4)
+          },
           group
         );
         text.textContent = box.label;
@@ -762,7 +864,10 @@ export class Timeline {
     const groups = groupMarks(
       data.marks.filter(m => m.ts >= from && m.ts <= to),
       x,
-      kind => this._markText(kind)
+      kind => this._markText(kind),
+      Math.max(14, fontPx * 1.4),
+      g.charPx,
+      width
     );
     for (const markGroup of groups) {
       const mx = markGroup.x;
@@ -777,14 +882,31 @@ export class Timeline {
         marks
       );
       svg('line', { x1: mx, x2: mx, y1: BAND, y2: stripTop + STRIP }, group);
-      const right = mx > width - 48;
+      if (markGroup.showLabel) {
+        // A backing under the label: at the foot of the plot the TF lines often run near
+        // zero, and a halo alone leaves them crossing 16 px text.
+        svg(
+          'rect',
+          {
+            class: 'jp-KerasMagic-markBacking',
+            x: markGroup.labelX - 1,
+            y: BAND + PLOT - 4 - fontPx,
+            width: markGroup.label.length * g.charPx + 2,
+            height: fontPx + 3,
+            rx: 2
+          },
+          group
+        );
+      }
       const label = svg(
         'text',
         {
           class: 'jp-KerasMagic-markLabel',
-          x: right ? mx - 3 : mx + 3,
-          y: BAND + 11,
-          'text-anchor': right ? 'end' : 'start'
+          x: markGroup.labelX,
+          // At the foot of the byte plot: its top row holds the axis' labels (the zero
+          // tick has none) and the RSS line's peak; the backing covers the lines here.
+          y: BAND + PLOT - 4,
+          'text-anchor': 'start'
         },
         group
       );
@@ -805,8 +927,8 @@ export class Timeline {
     };
     ticks
       .slice(1)
-      .forEach(tick => label(formatTick(tick), 2, yBytes(tick) + 10));
-    label(trans.__('CPU %1', formatPct(cpuTop)), 2, stripTop + 9);
+      .forEach(tick => label(formatTick(tick), 2, yBytes(tick) + fontPx));
+    label(trans.__('CPU %1', formatPct(cpuTop)), 2, stripTop + fontPx - 1);
     label('−' + formatSpan(to - from), 0, HEIGHT - 2);
     label(trans.__('now'), width, HEIGHT - 2, 'end');
 
@@ -955,7 +1077,12 @@ export class Timeline {
       return;
     }
     const cx = this._x(ts);
-    svg('line', { x1: cx, x2: cx, y1: BAND, y2: HEIGHT - AXIS }, layer);
+    const g = this._geometry;
+    svg(
+      'line',
+      { x1: cx, x2: cx, y1: g.band, y2: chartHeight(g) - g.axis },
+      layer
+    );
     const trans = this._trans;
     const readout = this._readout;
     readout.textContent = '';
@@ -1054,5 +1181,6 @@ export class Timeline {
   private _visible: { spec: ISeriesSpec; points: IPoint[] }[] = [];
   private _spans: ISpanBox[] = [];
   private _width = 0;
+  private _geometry: IChartGeometry = NORMAL_GEOMETRY;
   private _resize: ResizeObserver;
 }

@@ -1,3 +1,4 @@
 import './base.css';
 import './cells.css';
 import './timeline.css';
+import './classroom.css';

@@ -1,12 +1,16 @@
 """The sampler thread: schedule, pause, failure handling, teardown (no kernel needed)."""
 
+import os
+import signal
+import subprocess
+import sys
 import threading
 import time
 
 import pytest
 
 from kerasmagic.live import protocol
-from kerasmagic.live.sampler import THREAD_NAME, Sampler, take_sample
+from kerasmagic.live.sampler import THREAD_NAME, ProcessTreeMeter, Sampler, take_sample
 from kerasmagic.probes import sample as sample_probe
 
 pytestmark = pytest.mark.unit
@@ -110,3 +114,97 @@ def test_interval_change_takes_effect():
     # At 10 s this would take 40 s; the new interval must apply to the pending tick at once.
     _wait_until(lambda: len(got) >= 5, timeout_s=15)
     sampler.stop()
+
+
+# ---- the process tree (protocol 1.6): PSS and the child processes, read seldom -------------
+
+_CHILD = ("import os, subprocess, sys, time\n"
+          "block = bytearray(os.urandom(1) * (60 * 2**20))  # written: resident\n"
+          "grandchild = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+          "print(grandchild.pid, flush=True)\n"
+          "time.sleep(60)\n")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PSS and /proc children are Linux's")
+def test_process_tree_counts_children_and_grandchildren():
+    from kerasmagic.probes import process
+
+    child = subprocess.Popen([sys.executable, "-c", _CHILD], stdout=subprocess.PIPE, text=True)
+    grandchild = None
+    try:
+        grandchild = int(child.stdout.readline())
+        assert {child.pid, grandchild} <= set(process.descendant_pids())
+        tree = process.process_tree_memory()
+        assert tree["children_count"] >= 2, tree
+        # The child wrote 60 MiB: its RSS and its PSS count them (no one shares them).
+        assert tree["children_rss_bytes"] >= 60 * 2**20, tree
+        assert tree["children_pss_bytes"] >= 60 * 2**20, tree
+        # Shared libraries are shared out: this process's PSS is below its RSS.
+        assert 0 < tree["pss_bytes"] < process.rss_bytes(), tree
+    finally:
+        if grandchild is not None:
+            os.kill(grandchild, signal.SIGKILL)
+        child.kill()
+        child.wait()
+        child.stdout.close()
+
+
+def test_the_tree_meter_reads_seldom_and_within_its_cpu_share():
+    calls = []
+
+    def costly_read():
+        calls.append(time.monotonic())
+        time.sleep(0.02)  # 20 ms, like PSS of a 1.2 GiB TensorFlow process
+        return {"pss_bytes": 1, "children_count": 0, "children_rss_bytes": 0, "children_pss_bytes": 0}
+
+    meter = ProcessTreeMeter(costly_read)
+    first = meter.read()
+    assert first["ts"] > 0 and first["pss_bytes"] == 1
+    # Carried over: at 0.05 % of a core a 20 ms read may come back at most every 40 s.
+    assert all(meter.read() is first for _ in range(50))
+    assert len(calls) == 1
+    # A panel shown again does not force a read younger than MIN_INTERVAL_S either.
+    meter.refresh_soon()
+    assert meter.read() is first and len(calls) == 1
+
+
+def test_the_tree_meter_reads_again_when_due(monkeypatch):
+    calls = []
+    monkeypatch.setattr(ProcessTreeMeter, "MIN_INTERVAL_S", 0.05)
+    meter = ProcessTreeMeter(lambda: calls.append(1) or {"pss_bytes": len(calls), "children_count": 0,
+                                                         "children_rss_bytes": 0, "children_pss_bytes": 0})
+    assert meter.read()["pss_bytes"] == 1
+    _wait_until(lambda: meter.read()["pss_bytes"] == 2)
+    # A failing read is an unavailable value, never an exception in the sampler thread.
+    broken = ProcessTreeMeter(lambda: 1 / 0)
+    assert broken.read()["status"] == "unavailable"
+
+
+def test_samples_carry_the_tree_only_while_someone_looks():
+    got = []
+    sampler = Sampler(got.append, interval_s=0.05)
+    assert "process_tree" not in sampler.take()  # the record, no panel: no PSS read
+    sampler.tree_wanted = True
+    sample = sampler.take()
+    assert protocol.validate(sample, "to_frontend") is sample
+    assert "process_tree" in sample
+    if sys.platform.startswith("linux"):
+        assert sample["process_tree"]["pss_bytes"] > 0
+    sampler.stop()
+
+
+def test_a_visible_listener_makes_the_channel_read_the_tree():
+    from kerasmagic.live.channel import LiveChannel
+
+    channel = LiveChannel(shell=None)
+    try:
+        channel.start_recording()
+        assert not channel.sampler.tree_wanted
+        got = []
+        stop = channel.add_listener(got.append)
+        assert channel.sampler.tree_wanted
+        _wait_until(lambda: any("process_tree" in m for m in got if m.get("method") == "sample"))
+        stop()
+        assert not channel.sampler.tree_wanted
+    finally:
+        channel.close()

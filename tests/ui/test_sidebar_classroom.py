@@ -56,7 +56,9 @@ def test_the_sidebar_in_a_short_lesson(lab, page, artifacts):
     assert error_tab != ok_tab, (error_tab, ok_tab)
     # Each headline one labelled figure.
     rss = page.get_attribute(f"{SIDEBAR} [data-headline='rss']", "aria-label")
-    assert re.fullmatch(r"Kernel RSS: \d+(\.\d+)? MiB", rss), rss
+    # Whose figure (since protocol 1.6): this process, with its PSS once read.
+    pss = r"( · PSS \d+(\.\d+)? MiB(, \d+ s ago)?)?"
+    assert re.fullmatch(rf"Kernel RSS: \d+(\.\d+)? MiB \(this process{pss}\)", rss), rss
     page.locator(SIDEBAR).screenshot(path=str(artifacts / "sidebar-short-lesson.png"))
 
     # Clear session while the kernel is idle: never "Queued", and its report right below the

@@ -1,4 +1,7 @@
 import {
+  chartHeight,
+  classroomGeometry,
+  NORMAL_GEOMETRY,
   byteTicks,
   formatPct,
   formatTick,
@@ -278,5 +281,50 @@ describe('groupMarks', () => {
     ]);
     // The first label runs past 130 px: the restart's label is hidden (its hover says it).
     expect(groups.map(g => g.showLabel)).toEqual([true, false, true]);
+  });
+
+  it('keeps a label inside the chart: a mark at the right edge has it end there', () => {
+    // 16 px text (10 px a character) in a 230 px chart: "2× fresh model" is 144 px wide.
+    const marks = [
+      { kind: 'fresh_model', ts: 220 },
+      { kind: 'fresh_model', ts: 221 }
+    ];
+    const [group] = groupMarks(marks, x, text, 22, 10, 230);
+    expect(group.label).toBe('2× fresh model');
+    expect(group.labelX + group.label.length * 10 + 4).toBeLessThanOrEqual(230);
+    expect(group.labelX).toBeGreaterThanOrEqual(0);
+    expect(group.showLabel).toBe(true);
+    // Wider than the whole chart: hidden, never drawn past the left edge.
+    const [narrow] = groupMarks(marks, x, text, 22, 10, 100);
+    expect(narrow.labelX).toBe(0);
+    expect(narrow.showLabel).toBe(false);
+  });
+});
+
+describe('classroomGeometry', () => {
+  it('keeps the usual chart 173 px tall with 10 px text', () => {
+    expect(chartHeight(NORMAL_GEOMETRY)).toBe(173);
+    expect(NORMAL_GEOMETRY.fontPx).toBe(10);
+  });
+
+  it('draws 16 px text, with text rows tall enough for it', () => {
+    const g = classroomGeometry(650);
+    expect(g.fontPx).toBeGreaterThanOrEqual(16);
+    expect(g.band).toBeGreaterThanOrEqual(g.fontPx + 4);
+    expect(g.axis).toBeGreaterThanOrEqual(g.fontPx + 2);
+    expect(g.charPx).toBeGreaterThan(NORMAL_GEOMETRY.charPx);
+  });
+
+  it('grows with the panel, taller than the usual chart, within bounds', () => {
+    const small = chartHeight(classroomGeometry(500));
+    const tall = chartHeight(classroomGeometry(1000));
+    expect(small).toBeGreaterThan(chartHeight(NORMAL_GEOMETRY));
+    expect(tall).toBeGreaterThan(small);
+    expect(tall).toBeCloseTo(1000 * 0.45, -1);
+    expect(classroomGeometry(650).plot).toBe(201); // the docstring's example
+    // A panel not laid out yet (0 px) or a huge one: the plot stays readable and bounded.
+    expect(classroomGeometry(0).plot).toBe(140);
+    expect(classroomGeometry(NaN).plot).toBe(140);
+    expect(classroomGeometry(10000).plot).toBe(560);
   });
 });
