@@ -41,7 +41,7 @@ from typing import Any
 from ..compat import display_functions_module
 from ..probes import jax_devices as jax_probe
 from ..probes import torch_cuda as torch_probe
-from ..probes.process import rss_bytes
+from ..probes.process import child_pids, rss_bytes
 
 #: Exit status of a template (or forked child) that found the kernel gone.
 PARENT_GONE_EXIT = 75
@@ -97,27 +97,6 @@ def become_subreaper() -> bool:
         return ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
     except (OSError, AttributeError):
         return False
-
-
-def _own_children() -> set[int]:
-    """This (single-threaded) process's children, from ``/proc`` (Linux)."""
-    pid = os.getpid()
-    try:
-        with open(f"/proc/self/task/{pid}/children") as listing:
-            return {int(child) for child in listing.read().split()}
-    except (OSError, ValueError):
-        pass  # a kernel without CONFIG_PROC_CHILDREN: read every process's parent instead
-    children = set()
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as status:
-                if int(status.read().rsplit(b")", 1)[1].split()[1]) == pid:
-                    children.add(int(name))
-        except (OSError, ValueError, IndexError):
-            continue
-    return children
 
 
 def thread_states() -> dict[int, tuple[str, str]]:
@@ -421,7 +400,7 @@ class Template:
     def end_orphans(self) -> None:
         """End (and collect) every child that is not a job: it was adopted, left behind by a job
         that ended; a running job's orphans are adopted by the job itself, never by us."""
-        for pid in _own_children() - set(self.children):
+        for pid in set(child_pids()) - set(self.children):
             for kill in (os.killpg, os.kill):  # its group too: what it started in its own session
                 try:
                     kill(pid, signal.SIGKILL)

@@ -18,7 +18,7 @@ from typing import Any
 from .availability import Unavailable, guarded
 from .cgroup import memory_cgroup
 
-__all__ = ['PeakRss', 'container_limit_bytes', 'descendant_pids', 'high_water_rss_bytes', 'host_memory',
+__all__ = ['PeakRss', 'child_pids', 'container_limit_bytes', 'descendant_pids', 'high_water_rss_bytes', 'host_memory',
            'process_tree_memory', 'pss_uss_bytes', 'rss_bytes', 'snapshot']
 
 _STATUS_PATH = "/proc/self/status"
@@ -186,22 +186,33 @@ def descendant_pids(pid: int | str = "self") -> list[int]:
     found: list[int] = []
     queue: list[int | str] = [pid]
     while queue:
-        parent = queue.pop(0)
-        try:
-            tids = os.listdir(f"/proc/{parent}/task")
-        except OSError:
-            continue  # gone, or no /proc here
-        for tid in tids:
-            try:
-                with open(f"/proc/{parent}/task/{tid}/children", "rb") as children:
-                    pids = [int(child) for child in children.read().split()]
-            except (OSError, ValueError):
-                continue
-            for child in pids:
-                if child not in found:  # a pid reused mid-walk must not loop
-                    found.append(child)
-                    queue.append(child)
+        for child in child_pids(queue.pop(0)):
+            if child not in found:  # a pid reused mid-walk must not loop
+                found.append(child)
+                queue.append(child)
     return found
+
+
+def child_pids(pid: int | str = "self") -> list[int]:
+    """The pids of a process's own children, from every thread's ``/proc/<pid>/task/<tid>/children``
+    (Linux); empty elsewhere, for a process that is gone, or on a kernel without that file.
+
+    Example:
+        >>> child_pids(2**22 + 1)   # no such process
+        []
+    """
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return []
+    pids: list[int] = []
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children", "rb") as children:
+                pids.extend(int(child) for child in children.read().split())
+        except (OSError, ValueError):
+            continue
+    return pids
 
 
 def process_tree_memory() -> dict[str, Any] | Unavailable:
