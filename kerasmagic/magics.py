@@ -16,6 +16,7 @@ import io
 import re
 import sys
 import tokenize
+import types
 import unicodedata
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -381,6 +382,11 @@ class _CellRunner:
             raise UsageError(f"the cell cannot run under {header.split()[0]}: {exc.msg}{hint}; "
                              "nothing was run") from None
 
+    @property
+    def codes(self) -> tuple[types.CodeType, ...]:
+        """The cell's compiled code: its body, and its last expression when that is displayed."""
+        return (self._code,) if self._last is None else (self._code, self._last)
+
     def run(self) -> Any:
         __tracebackhide__ = True  # read by IPython's traceback formatter
         namespace = self.shell.user_ns
@@ -715,6 +721,8 @@ class KerasMagics(Magics):
                 label=f"cell [{runner.cell_number}]",
                 # A name the cell creates that does not exist yet: its first run, nothing to delete.
                 creates=assigned_names(runner.body),
+                # The cell's own code: what TensorFlow's stack-trace cache keeps of it is counted.
+                codes=runner.codes,
             )
             result = context.__enter__()
         result.hints.extend(hints)
