@@ -41,7 +41,8 @@ from .probes.availability import guarded
 from .probes.sample import allocator_total, gpu_device_values, gpu_framework_imported, memory_sample
 from .tables import Report, Section, format_bytes
 
-__all__ = ['FIX_TEXT', 'KEEP_CELLS', 'KEEP_RUNS', 'MIN_RUNS', 'NOISE_BYTES', 'ONE_RUN_BYTES', 'ONE_RUN_MODELS', 'RULE',
+__all__ = ['FIX_TEXT', 'FRESH_CELL_TEXT', 'KEEP_CELLS', 'KEEP_RUNS', 'MIN_RUNS', 'NOISE_BYTES', 'ONE_RUN_BYTES',
+           'ONE_RUN_MODELS', 'RULE',
            'CellGrowthReport', 'CellRun', 'LeakWatch', 'active_watch', 'cell_growth', 'growth_sentence',
            'advice', 'one_run_sentence', 'start', 'stop']
 
@@ -81,6 +82,16 @@ FIX_TEXT = {
                "allocator's pool, the C heap, a library's cache): %%fresh_model --isolate runs the cell in a "
                "new process, which gives it all back when it ends.",
 }
+#: The ``isolate`` fix for a cell that already starts with ``%%fresh_model``: adding it again is no
+#: fix, and part of what such a cell keeps per run is TensorFlow's stack-trace cache (issue 20).
+FRESH_CELL_TEXT = (
+    "Fix: this cell already starts with %%fresh_model, which frees the previous run's models before it runs; "
+    "what still grows is out of any in-process clean's reach (an allocator's pool, the C heap, a library's cache). "
+    "Part of it is TensorFlow's when the cell traces ops: it keeps their stack traces, with the cell's compiled "
+    "code, for its error messages until the process ends (about 0.7 MiB per run of a Keras fit; the "
+    "%%fresh_model report counts them). %%fresh_model --isolate runs the cell in a new process, which gives it "
+    "all back when it ends."
+)
 
 #: The figures recorded per run, as they are named on the wire.
 _FIGURES = ("rss_bytes", "tf_in_use_bytes", "gpu_bytes", "custom_gradient_entries", "live_models")
@@ -428,7 +439,10 @@ def advice(per_run: dict[str, Any], evidence: dict[str, Any] | None) -> tuple[st
     ``--isolate`` is advised only where nothing in-process can free the memory (no holder of the
     user's grew with it, no model, registry entry or TensorFlow tensor) and the cell can run
     isolated (no TensorFlow 1 Graph, which does not pickle), and the cell grew when it ran alone:
-    a cell that grew only with other cells run between its runs is not shown to leak.
+    a cell that grew only with other cells run between its runs is not shown to leak. A cell that
+    already starts with ``%%fresh_model`` is never told to add it: the clean before each run did
+    not stop its growth, so it gets ``--isolate``, with TensorFlow's stack traces named
+    (:data:`FRESH_CELL_TEXT`).
 
     Example:
         >>> code, text, held = advice({"live_models": 0, "custom_gradient_entries": 0, "tf_in_use_bytes": 0},
@@ -455,8 +469,10 @@ def advice(per_run: dict[str, Any], evidence: dict[str, Any] | None) -> tuple[st
                 f"Fix: each run keeps one more Keras model alive, held by {_held_by(held_by)}: keep only what you "
                 f"need from each (e.g. history.history); `%clear_tf {_code_names(held_by)}` frees the rest.",
                 held_by)
+    fresh_cell = bool(evidence.get("fresh_model"))
     if (per_run.get("custom_gradient_entries") or 0) > 0 or (per_run.get("tf_in_use_bytes") or 0) > NOISE_BYTES:
-        return "fresh_model", FIX_TEXT["fresh_model"], held_by
+        if not fresh_cell:
+            return "fresh_model", FIX_TEXT["fresh_model"], held_by
     if held_by:
         names = _code_names(held_by)
         return ("delete",
@@ -471,7 +487,7 @@ def advice(per_run: dict[str, Any], evidence: dict[str, Any] | None) -> tuple[st
                 "left is freed in this process by `%clear_tf"
                 + (f" {_code_names(models)}` (the Keras models alive now are held by {_held_by(models)})."
                    if models else "`."), models)
-    return "isolate", FIX_TEXT["isolate"], []
+    return "isolate", FRESH_CELL_TEXT if fresh_cell else FIX_TEXT["isolate"], []
 
 
 def _held(names: list[str]) -> str:
@@ -678,6 +694,19 @@ def _holder_root(where: str, kind: str) -> str | None:
     return root or None
 
 
+def _starts_with_fresh_model(source: str) -> bool:
+    r"""The cell runs in this process under ``%%fresh_model`` (not ``--isolate``, which runs elsewhere).
+
+    Example:
+        >>> _starts_with_fresh_model("%%fresh_model -q model\nmodel = make()"), _starts_with_fresh_model("x = 1")
+        (True, False)
+        >>> _starts_with_fresh_model("\n%%fresh_model --isolate\nx = 1")
+        False
+    """
+    first = next((line.strip() for line in source.splitlines() if line.strip()), "")
+    return first.split()[:1] == ["%%fresh_model"] and "--isolate" not in first.split()
+
+
 def _uses_tf1(source: str) -> bool:
     """The cell's code calls TensorFlow 1's graph mode (``tf.compat.v1.Session``, ``placeholder``...);
     other ``tf.compat.v1`` calls (``logging.set_verbosity``) are not graph mode.
@@ -837,6 +866,7 @@ class LeakWatch:
             "models_held_by": models,
             "tf1": _tf1_holders(self.shell),
             "tf1_source": _uses_tf1(source),
+            "fresh_model": _starts_with_fresh_model(source),
             "alone": cell.streak_ran_alone(),
         }
 

@@ -345,6 +345,20 @@ def test_isolate_is_advised_only_for_memory_nothing_in_process_holds_and_a_cell_
     assert "nothing in your variables holds this memory" in cell["fix_text"], cell
 
 
+def test_a_cell_already_under_fresh_model_is_not_told_to_add_it_and_hears_of_tensorflows_stack_traces(shell):
+    run(shell, C_HEAP)
+    _run(shell, "%%fresh_model -q\nc_heap(34 * 2**20)", times=4, cell_id="fresh")
+    _run(shell, "c_heap(34 * 2**20)", times=4, cell_id="plain")
+    flagged = {c["key"]: c for c in kerasmagic.cell_growth().flagged}
+    fresh, plain = flagged["fresh"], flagged["plain"]
+    assert fresh["fix"] == "isolate" and fresh["fix_text"] == leak_watch.FRESH_CELL_TEXT, fresh
+    assert "already starts with %%fresh_model" in fresh["fix_text"] and "stack traces" in fresh["fix_text"]
+    assert "start the cell with %%fresh_model" not in fresh["fix_text"]
+    # The same growth in a cell without %%fresh_model: the plain isolate advice, no word of it.
+    assert plain["fix"] == "isolate" and plain["fix_text"] == leak_watch.FIX_TEXT["isolate"], plain
+    assert "stack traces" not in plain["fix_text"] and "already starts" not in plain["fix_text"]
+
+
 def test_a_cell_that_grew_only_between_other_cells_is_not_called_a_leak_nor_sent_to_isolate(shell):
     run(shell, C_HEAP)
     for _ in range(4):  # the notebook run top to bottom four times: another cell between each run
