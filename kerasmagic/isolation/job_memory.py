@@ -1,5 +1,10 @@
 """``memory_limit=`` for an isolated job: the job runs out of memory, not the kernel.
 
+The limit counts what the job adds: its memory from the moment it receives the job, above what
+it started with. A forked job starts resident with every page of its template (TensorFlow and
+Keras imported: 600-700 MiB on CPU), all of it shared and none of it the job's doing; counted
+whole, a limit under that would stop every job at once.
+
 Two guards, both on for every limited job:
 
 * **The watch** (everywhere): the kernel's job loop reads the worker's resident set size
@@ -8,9 +13,11 @@ Two guards, both on for every limited job:
   grows faster than a tenth of a second can overshoot it by what it allocated meanwhile.
 * **A memory cgroup** (where one can be made: root, or a delegated cgroup v2 subtree): a child
   of the kernel's own memory cgroup with the limit, which the worker joins before the job is
-  sent to it. The kernel's OOM killer then stops the job at the limit however fast it grows;
-  only the job's own new memory is charged there (what it shares with the template was charged
-  to the template), so the cgroup is the backstop and the watch the usual stop.
+  sent to it. The kernel's OOM killer then stops the job however fast it grows. A cgroup
+  charges the pages the job makes and also those it copies from its template on first write
+  (Python's reference counts write to many), which RSS does not count again: its limit is the
+  job's limit plus what the job started with, so it never acts before the watch would, and
+  stops what the watch cannot see in time.
 
 Where no cgroup can be made the job still has the watch, and its report says why
 (:attr:`JobMemoryLimit.how`).
@@ -89,16 +96,22 @@ class JobMemoryLimit:
         self._oom_before = 0
         #: How the limit is held, for the report.
         self.how = ""
-        self.peak_rss_bytes = 0
+        #: The worker's RSS when it received the job (shared with its template, for a fork).
+        self.start_rss_bytes = 0
+        #: The most the job added above that, and the RSS of the last reading.
+        self.peak_growth_bytes = 0
+        self.last_rss_bytes = 0
         self._next_read = 0.0
 
     # ---- the cgroup ------------------------------------------------------------------------------
     def enter(self, pid: int) -> None:
         """Put the worker into a cgroup of its own, before the job is sent; says in ``how`` what held."""
         _sweep_leftovers()
-        watch = f"its RSS watched every {WATCH_INTERVAL_S:g} s"
+        self.start_rss_bytes = _rss_of(pid) or 0
+        watch = (f"its growth over the {self.start_rss_bytes / 2**20:.0f} MiB it started with watched every "
+                 f"{WATCH_INTERVAL_S:g} s")
         try:
-            self.cgroup, self._oom_file = _make_cgroup(self.limit_bytes)
+            self.cgroup, self._oom_file = _make_cgroup(self.limit_bytes + self.start_rss_bytes)
             with open(os.path.join(self.cgroup, "cgroup.procs"), "w") as procs:
                 procs.write(str(pid))
             oom = read_oom_kills(self._oom_file)
@@ -127,8 +140,8 @@ class JobMemoryLimit:
 
     # ---- the watch -------------------------------------------------------------------------------
     def over(self, pid: int, sampled_rss: int | None = None) -> int | None:
-        """The worker's RSS if it reached the limit, else None (read at most every WATCH_INTERVAL_S,
-        or at once from a sample the job sent)."""
+        """What the job added if that reached the limit, else None (RSS read at most every
+        WATCH_INTERVAL_S, or taken from a sample the job sent)."""
         now = time.monotonic()
         rss = sampled_rss
         if rss is None:
@@ -138,8 +151,10 @@ class JobMemoryLimit:
             rss = _rss_of(pid)
         if rss is None:
             return None
-        self.peak_rss_bytes = max(self.peak_rss_bytes, rss)
-        return rss if rss >= self.limit_bytes else None
+        self.last_rss_bytes = rss
+        growth = rss - self.start_rss_bytes
+        self.peak_growth_bytes = max(self.peak_growth_bytes, growth)
+        return growth if growth >= self.limit_bytes else None
 
 
 class _NoCgroup(Exception):

@@ -474,29 +474,33 @@ class JobRun:
                        f"(all of its memory is back); raise the timeout or make the job shorter{shown}")
         self._fail(IsolatedTimeout(message, self.result), "timeout")
 
-    def _out_of_memory(self, rss: int, selector: selectors.BaseSelector) -> None:
+    def _out_of_memory(self, growth: int, selector: selectors.BaseSelector) -> None:
         """The watch saw the job reach its limit: its process group is killed, the kernel lives on."""
+        assert self.memory_limit is not None
         self.stop(selector)
         self.result.run_s = time.perf_counter() - self.run_started
         self.result.last_output = _last_lines(self.tail)
-        self.result.child_rss_peak_bytes = max(self.result.child_rss_peak_bytes or 0, rss)
-        self._fail_out_of_memory(rss, "kerasmagic's watch killed its worker", at_limit=True)
+        self.result.child_rss_peak_bytes = max(self.result.child_rss_peak_bytes or 0, self.memory_limit.last_rss_bytes)
+        self._fail_out_of_memory(growth, "kerasmagic's watch killed its worker", at_limit=True)
 
-    def _fail_out_of_memory(self, rss: int | None, by: str, at_limit: bool) -> None:
-        """``at_limit``: ``rss`` is the reading that reached the limit, else the last one before a kill."""
+    def _fail_out_of_memory(self, growth: int | None, by: str, at_limit: bool) -> None:
+        """``at_limit``: ``growth`` is the reading that reached the limit, else the last one before a kill."""
         assert self.memory_limit is not None
         limit = format_bytes(self.memory_limit.limit_bytes)
-        if at_limit and rss:
-            at = f"at {format_bytes(rss)} of its {limit} limit"
+        if at_limit and growth:
+            at = f"at {format_bytes(growth)} of its {limit} limit"
         else:
-            at = f"at its {limit} limit" + (f" (last reading {format_bytes(rss)})" if rss else "")
+            at = f"at its {limit} limit" + (f" (last reading {format_bytes(growth)})" if growth else "")
+        started = self.memory_limit.start_rss_bytes
+        counted = (f" (the limit counts what the job added to the {format_bytes(started)} it started with, "
+                   "shared with its template)") if started else ""
         self.result.error = f"out of memory {at}"
         shown = f"; its last output:\n{self.result.last_output}" if self.result.last_output.strip() else ""
         pid = f" (pid {self.worker.pid})" if self.worker is not None else ""
         self._fail(IsolatedOutOfMemory(
             f"the isolated job ran out of memory {at}: {by}{pid}, and all of its memory is back; the kernel "
-            "and your variables are unchanged. Raise memory_limit, or make the job use less (smaller batches, "
-            f"fewer copies of the data){shown}", self.result, exit_code=self.result.exit_code,
+            f"and your variables are unchanged{counted}. Raise memory_limit, or make the job use less (smaller "
+            f"batches, fewer copies of the data){shown}", self.result, exit_code=self.result.exit_code,
             signal_name=self.result.signal_name, last_output=self.result.last_output), "out_of_memory")
 
     def interrupted(self, selector: selectors.BaseSelector) -> None:
@@ -544,7 +548,7 @@ class JobRun:
         result = self.result
         code = result.exit_code
         if self.memory_limit is not None and self.memory_limit.oom_killed():
-            self._fail_out_of_memory(self.memory_limit.peak_rss_bytes or result.child_rss_peak_bytes,
+            self._fail_out_of_memory(self.memory_limit.peak_growth_bytes or None,
                                      "the out-of-memory killer of its cgroup ended its worker", at_limit=False)
             return
         output = f"; its last output:\n{result.last_output}" if result.last_output else "; it printed nothing"

@@ -55,7 +55,7 @@ def test_wire_dict_follows_the_field_metadata():
     (CleanStep("x"), set()),
     (CellMeasurement(), set()),
     (MemorySnapshot({}, {}, {}, {}, [], None), set()),
-    (Job("code", "/tmp/job"), {"owns_directory"}),
+    (Job("code", "/tmp/job"), {"owns_directory", "memory_limit_bytes"}),  # the kernel (or agent) holds the limit
 ])
 def test_records_are_dataclasses_marked_where_not_wire(record, not_wire):
     assert dataclasses.is_dataclass(record)
@@ -162,7 +162,7 @@ def test_the_worker_and_the_sidebar_take_the_same_sample():
 
 def test_the_runner_folds_peaks_from_the_protocol_shape():
     result = IsolatedResult()
-    run = SimpleNamespace(result=result)
+    run = SimpleNamespace(result=result, memory_limit=None)  # a run without memory_limit=
     JobRun._record_sample(run, _GPU_SAMPLE)
     smaller = json.loads(json.dumps(_GPU_SAMPLE))
     smaller["tf"]["devices"]["GPU:0"]["peak_bytes"] = 10
