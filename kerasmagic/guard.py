@@ -295,6 +295,11 @@ class MemoryGuard:
             self.record.sample(time.time(), rss, limit.to_dict(), near=level != "ok")
         if level == "stop" and cell is not None:
             if self._past_stop and not cell.fired:
+                if not cell.warned:
+                    # Memory that grows faster than the readings can jump past the warning band
+                    # (seen in CI under load): the warning, with what grew, still comes first.
+                    cell.warned = True
+                    self._warn(cell, limit)
                 self._interrupt(cell, limit)
             self._past_stop = True
             return CONFIRM_S if not cell.fired else FAST_INTERVAL_S

@@ -304,3 +304,23 @@ def test_samples_from_the_guard_thread_never_hide_the_running_cell(tmp_path, cap
         stop.set()
         thread.join()
     assert "cannot keep this kernel's record" not in capsys.readouterr().err
+
+
+def test_a_cell_that_jumps_past_the_warning_band_is_warned_before_it_is_stopped(ipython, monkeypatch):
+    # Readings 0.1 s apart can go from "fast" straight to "stop" (64 MiB steps on a busy machine):
+    # the cell must still get its one warning, before the stop, as with a slower climb.
+    from types import SimpleNamespace
+
+    readings = iter([800, 990, 990])  # MiB of a 1000 MiB limit: fast, stop, stop (confirmed)
+    monkeypatch.setattr(guard, "memory_limit", lambda: SimpleNamespace(
+        rss_bytes=next(readings) * 2**20, limit_bytes=1000 * 2**20, used_pct=99.0, where="a test",
+        to_dict=lambda: {}))
+    watcher = guard.MemoryGuard(ipython)
+    said: list[str] = []
+    monkeypatch.setattr(watcher, "_emit", lambda cell, text: said.append(("warn", text)))
+    monkeypatch.setattr(watcher, "_interrupt", lambda cell, limit: said.append(("stop", cell.number)))
+    watcher._cell = guard._Cell(number=7, first_line="grow()", start_rss=0, parent=None)
+    for _ in range(3):
+        watcher.tick()
+    assert [kind for kind, _ in said] == ["warn", "stop"], said
+    assert "cell [7] grew" in said[0][1] and "the guard stops the cell" in said[0][1]
