@@ -126,6 +126,19 @@ def test_a_notebook_can_load_kerasmagic_by_itself_in_its_new_kernels(lab, page):
             return panel.dataset.state === 'connected' && pid && Number(pid[1]) !== first;
         }}""", arg=first, timeout=90_000)
     assert page.evaluate("() => window.jupyterapp.shell.currentWidget.content.widgets[0].model.executionCount") is None
+    page.wait_for_selector(f"{SIDEBAR} .jp-KerasMagic-mark[data-kind='restart']", timeout=30_000)
+    restarted = page.text_content(f"{SIDEBAR} .jp-KerasMagic-restarted")
+    assert restarted.startswith("restarted "), restarted
+
+    # After a reload the restart is still marked and said (issue 19, defect 8): the page
+    # meets the kernel as if it had always been there, this browser remembers it.
+    page.goto(lab.lab_url("autoload.ipynb").replace("&reset", ""))
+    page.wait_for_function("() => !!window.jupyterapp")
+    wait_kernel_ready(page)
+    page.evaluate("() => window.jupyterapp.shell.activateById('kerasmagic-sidebar')")
+    page.wait_for_selector(f"{SIDEBAR}[data-state='connected'][data-sample-seq]", timeout=90_000)
+    page.wait_for_selector(f"{SIDEBAR} .jp-KerasMagic-mark[data-kind='restart']", timeout=10_000)
+    assert page.text_content(f"{SIDEBAR} .jp-KerasMagic-restarted") == restarted
 
     # Stopped from the footer: the next kernel waits for the user again.
     page.click(f"{SIDEBAR} .jp-KerasMagic-autoloadStop")
