@@ -786,7 +786,7 @@ export class Timeline {
           'data-change': runChange(box.run)?.change ?? '',
           'data-status': box.run.status,
           // A label wider than its tab lies on the background, not the tab: its colour
-          // must read on the background (timeline.css).
+          // must read on the background (style/base.css).
           'data-label-inside': String(
             box.labelX >= box.x &&
               box.labelX + box.text.length * g.charPx <= box.x + box.width
