@@ -296,6 +296,14 @@ def test_lesson6_demonstration_and_its_screenshot(lab, projector, artifacts):
     _dark(page, False)  # the theme is the lab's setting: the test before may have left it dark
     page.click(f"{SIDEBAR} .jp-KerasMagic-clear")
     page.wait_for_selector(f"{SIDEBAR} .jp-KerasMagic-report[data-status='ok']", timeout=120_000)
+    # What Clear session did is in sight on the projector, not below the fold (defect 9).
+    page.wait_for_timeout(300)
+    fold = page.evaluate(f"""() => {{
+        const panel = document.querySelector('{SIDEBAR}').getBoundingClientRect();
+        const head = document.querySelector('{SIDEBAR} .jp-KerasMagic-cleanHead').getBoundingClientRect();
+        return {{head: [head.top, head.bottom], panel: [panel.top, panel.bottom]}};
+    }}""")
+    assert fold["panel"][0] <= fold["head"][0] and fold["head"][1] <= fold["panel"][1], fold
     page.wait_for_selector(f"{SIDEBAR} .jp-KerasMagic-mark[data-kind='clear_tf']", timeout=30_000)
     page.wait_for_selector(f"{SIDEBAR} [data-section='keras'][data-quiet='false']", timeout=30_000)
     # One fresh model mark per trial (each mark's time is a line of its group's hover).
