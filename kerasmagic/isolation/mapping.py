@@ -162,7 +162,7 @@ class IsolatedMapResult(Report, Sequence):
             if job.status == "out_of_memory" and job.error:
                 status = job.error  # "out of memory at X of its Y limit" says it all
             tries = self.attempts[index] if index < len(self.attempts) else []
-            if tries and job.status != "ok":
+            if tries and job.status in ("crash", "timeout", "out_of_memory"):  # a death, said in words
                 status = f"{job.status}: {tries[-1]['cause']}"
             if len(tries) > 1:
                 status += "; attempts: " + "; ".join(f"{t['attempt']}. {t['cause']}" for t in tries)

@@ -121,7 +121,7 @@ def death_cause(result: Any, error: BaseException | None, *, timeout: float | No
         cause = status
     if result.node and "on node" not in cause:
         cause += f" on node {result.node.get('ip', '?')} ({result.node.get('hostname', '?')})"
-    if status != "ok" and result.child_rss_peak_bytes:
+    if status in ("crash", "out_of_memory", "timeout") and result.child_rss_peak_bytes:
         cause += f"; peak RSS {format_bytes(result.child_rss_peak_bytes)}"
     return cause
 
