@@ -13,10 +13,12 @@ import os
 import shutil
 import sys
 import time
+import uuid
 import warnings
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+from .. import events
 from ..probes import nvml
 from ..probes.availability import Unavailable, to_jsonable
 from ..probes.process import rss_bytes
@@ -234,8 +236,13 @@ class _Progress:
               "over": "✓", "restored": "✓", "cancelled": "–", "failed": "✗", "retrying": "↻"}
     _RUNNING = ("launching", "starting", "running", "finishing")
 
-    def __init__(self, total: int, enabled: bool, at_once: int = 1, restored: list[bool] | None = None) -> None:
+    def __init__(self, total: int, enabled: bool, at_once: int = 1, restored: list[bool] | None = None,
+                 name: str = "isolated_map") -> None:
         self.total = total
+        self.name = name
+        self.map_id = uuid.uuid4().hex[:12]
+        self.job_ids: dict[int, str] = {}  # item -> its current job's id, for the sidebar's jobs list
+        self.published: tuple[int, ...] | None = None
         self.at_once = max(at_once, 1)
         self.states = ["restored" if restored and restored[i] else "queued" for i in range(total)]
         self.finished_s: list[float] = []  # wall time of each item finished in this run, for the estimate
@@ -267,18 +274,37 @@ class _Progress:
                 "failed": self.states.count("failed"),
                 "left": sum(s in ("queued", "retrying") for s in self.states)}
 
+    def eta_s(self) -> float | None:
+        """Seconds left, from the items finished in this run; None before the first finished."""
+        c = self.counts()
+        if not self.finished_s or not (c["left"] or c["running"]):
+            return None
+        per_item = sum(self.finished_s) / len(self.finished_s)
+        # The running items are about half done on average; what is left runs at_once at a time.
+        return per_item * (c["left"] + c["running"] / 2) / self.at_once
+
     def text(self) -> str:
         """The progress line: ``4/10 done, 2 running, 1 failed, 3 left; 41 s, about 30 s left``."""
         c = self.counts()
         elapsed = time.perf_counter() - self.started
         line = f"{c['done']}/{self.total} done, {c['running']} running, {c['failed']} failed, {c['left']} left; " \
                f"{elapsed:.1f} s"
-        if self.finished_s and (c["left"] or c["running"]):
-            per_item = sum(self.finished_s) / len(self.finished_s)
-            # The running items are about half done on average; what is left runs at_once at a time.
-            remaining = per_item * (c["left"] + c["running"] / 2) / self.at_once
-            line += f", about {_duration(remaining)} left"
+        eta = self.eta_s()
+        if eta is not None:
+            line += f", about {_duration(eta)} left"
         return line
+
+    def publish(self) -> None:
+        """The counts to the sidebar's jobs list (kerasmagic.live), when they changed."""
+        c = self.counts()
+        key = (c["done"], c["running"], c["failed"], c["left"])
+        if key == self.published:
+            return
+        self.published = key
+        events.publish("isolated_map_progress", {
+            "map_id": self.map_id, "name": self.name, "total": self.total, **c,
+            "elapsed_s": time.perf_counter() - self.started, "eta_s": self.eta_s(),
+            "job_ids": list(self.job_ids.values())})
 
     def update(self, index: int, run: JobRun, state: str | None = None) -> None:
         if state is None:
@@ -288,6 +314,8 @@ class _Progress:
         if state in ("over", "failed") and self.states[index] != state:
             self.finished_s.append(run.result.wall_s)
         self.states[index] = state
+        self.job_ids[index] = run.result.job_id
+        self.publish()
         if not self.enabled:
             return
         c = self.counts()
@@ -462,7 +490,7 @@ def _map_items(fn: Callable[[Any], Any], items: list[Any], book: Checkpoint | No
         _say_where_it_resumes(book, restored, quiet, notes)
     pending = [i for i in range(count) if not restored[i]]
     shared = make_job_directory()
-    bar = _Progress(count, progress, at_once, restored)
+    bar = _Progress(count, progress, at_once, restored, name=getattr(fn, "__name__", "isolated_map"))
     handled: set[int] = set()
 
     def summary() -> IsolatedMapResult:

@@ -88,7 +88,7 @@ def death_cause(result: Any, error: BaseException | None, *, timeout: float | No
         >>> from kerasmagic.isolation.result import IsolatedResult
         >>> job = IsolatedResult("x", status="crash", exit_code=-11, signal_name="SIGSEGV", child_rss_peak_bytes=2**20)
         >>> death_cause(job, None)
-        'segmentation fault (signal 11, SIGSEGV); peak RSS 1.0 MiB'
+        'segmentation fault (signal 11, SIGSEGV); peak RSS 1.00 MiB'
     """
     status = result.status
     text = str(error) if error is not None else ""
