@@ -340,6 +340,13 @@ class Checkpoint:
         try:
             size = os.fstat(fd).st_size
             notes: list[str] = []
+            if size and resume == "restart":
+                with open(path, "rb") as handle:
+                    start = handle.read(len(MAGIC))
+                if start != MAGIC:  # "restart" discards a checkpoint of ours, never someone's file
+                    raise CheckpointError(
+                        f"resume='restart' starts over in {path}, but it is not a kerasmagic map checkpoint: it is "
+                        f"{_describe_start(start, size)}. Nothing was changed; give the map another checkpoint path")
             if size == 0 or resume == "restart":
                 if size and resume == "restart":
                     notes.append(f"resume='restart': {path} started over (what it held was discarded)")

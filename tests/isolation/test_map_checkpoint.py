@@ -185,6 +185,14 @@ def test_a_foreign_file_is_refused_with_what_was_found(tmp_path, content, words)
     assert path.read_bytes() == content and _runs(runs) == {}
 
 
+def test_restart_never_overwrites_a_file_that_is_not_a_checkpoint(tmp_path):
+    path = tmp_path / "results.json"
+    path.write_bytes(b'{"fold_scores": [0.91, 0.9]}')
+    with pytest.raises(CheckpointError, match="resume='restart' starts over in .* but it is not a kerasmagic map"):
+        isolated_map(abs, [1, 2], checkpoint=path, resume="restart", progress=False)
+    assert path.read_bytes() == b'{"fold_scores": [0.91, 0.9]}'
+
+
 def test_a_damaged_record_refuses_the_whole_file_and_changes_nothing(tmp_path):
     runs = tmp_path / "runs"
     runs.mkdir()
