@@ -376,7 +376,15 @@ class Checkpoint:
                            "finished_ts": record.finished_ts, "has_value": value_bytes is not None},
                           default=str).encode()
         payload = _META_LEN.pack(len(meta)) + meta + (value_bytes or b"")
-        _write_all(self._fd, _RECORD.pack(_RECORD_MARK, len(payload), zlib.crc32(payload)) + payload)
+        end = os.fstat(self._fd).st_size
+        try:
+            _write_all(self._fd, _RECORD.pack(_RECORD_MARK, len(payload), zlib.crc32(payload)) + payload)
+        except BaseException:
+            # A record cut short in the middle (a full disk) would make the file damaged once the next
+            # one is appended after it: the file goes back to its last whole record.
+            with contextlib.suppress(OSError):
+                os.ftruncate(self._fd, end)
+            raise
         if record.status == "ok":
             self.done[record.index] = record
 

@@ -597,8 +597,8 @@ def _item_over(index: int, run: Any, book: Checkpoint | None, policy: RetryPolic
             _add_attempts(error, tries)
         errors[index] = error
         if book is not None:
-            book.write(ItemRecord(index, result.status, None, _report_summary(result), result.last_output[-4000:],
-                                  tries, time.time()), None)
+            _keep(book, index, ItemRecord(index, result.status, None, _report_summary(result),
+                                          result.last_output[-4000:], tries, time.time()), None)
         return False
     values[index], errors[index] = result.value, None
     if book is not None:
@@ -610,9 +610,20 @@ def _item_over(index: int, run: Any, book: Checkpoint | None, policy: RetryPolic
                 "You have it in this kernel; a resume runs this item again. Return plain values (numbers, "
                 "arrays, dicts, a saved model's path)"), stacklevel=2)
         else:
-            book.write(ItemRecord(index, "ok", None, _report_summary(result), result.last_output[-4000:], tries,
-                                  time.time()), stored)
+            _keep(book, index, ItemRecord(index, "ok", None, _report_summary(result), result.last_output[-4000:],
+                                          tries, time.time()), stored)
     return False
+
+
+def _keep(book: Checkpoint, index: int, record: ItemRecord, stored: bytes | None) -> None:
+    """Append an item's record; a file that cannot take it (a full disk) is said, and the map goes on."""
+    try:
+        book.write(record, stored)
+    except OSError as exc:
+        warnings.warn(IsolationWarning(
+            f"item [{index}] could not be written to {book.path} ({type(exc).__name__}: {exc.strerror or exc}); "
+            "you have its value in this kernel, and a resume runs it again. Free space where the checkpoint "
+            "is, or give the map a checkpoint on another disk"), stacklevel=2)
 
 
 def _add_attempts(error: BaseException, tries: list[dict[str, Any]]) -> None:

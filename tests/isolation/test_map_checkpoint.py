@@ -241,6 +241,36 @@ def test_a_value_that_cannot_be_stored_is_said_when_it_comes_back(tmp_path):
     assert again.restored == [True, False, True]
 
 
+def hundred_kib(item):
+    return bytes(100 * 1024)
+
+
+def test_a_checkpoint_that_cannot_grow_is_said_and_stays_whole(tmp_path):
+    import resource
+    import signal
+
+    path = tmp_path / "cv.kmrun"
+    # A real limit the kernel enforces on this process's file writes, standing in for a full disk:
+    # the third 100 KiB record does not fit (EFBIG instead of ENOSPC).
+    saved_limit = resource.getrlimit(resource.RLIMIT_FSIZE)
+    saved_signal = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (250 * 1024, saved_limit[1]))
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            result = isolated_map(hundred_kib, range(4), workers=1, checkpoint=path, progress=False)
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, saved_limit)
+        signal.signal(signal.SIGXFSZ, saved_signal)
+    assert [len(value) for value in result] == [102400] * 4  # the kernel has every value
+    said = [str(w.message) for w in caught if issubclass(w.category, IsolationWarning)]
+    assert any("item [2] could not be written to" in text and "a resume runs it again" in text for text in said), said
+    _, records, _, torn = _parse(str(path), path.read_bytes())  # whole: no record cut short in the middle
+    assert [record.index for record in records] == [0, 1] and not torn
+    again = isolated_map(hundred_kib, range(4), workers=1, checkpoint=path, progress=False)
+    assert again.restored == [True, True, False, False]
+
+
 def test_to_frame_has_a_row_per_item_with_time_memory_attempts_and_status(tmp_path):
     runs = tmp_path / "runs"
     runs.mkdir()
