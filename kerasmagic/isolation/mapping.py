@@ -587,7 +587,7 @@ def _item_over(index: int, run: Any, book: Checkpoint | None, policy: RetryPolic
     does not stop the map for a failure that a retry may mend."""
     result, error = run.result, run.error
     tries = attempts[index]
-    tries.append(attempt_record(len(tries) + 1, result, error, timeout=timeout))
+    tries.append(attempt_record(len(tries) + 1, result, error, timeout=timeout, output=getattr(run, "tail", "")))
     if error is not None:
         exc_type = getattr(error, "exc_type", None) or None
         if policy.should_retry(result.status, exc_type, attempts=len(tries)):

@@ -13,6 +13,8 @@ Example:
 
 from __future__ import annotations
 
+import os
+import re
 import signal
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -78,7 +80,35 @@ class RetryPolicy:
         return status == "error" and exc_type is not None and exc_type in self.exception_types
 
 
-def death_cause(result: Any, error: BaseException | None, *, timeout: float | None = None) -> str:
+_FAULT_STACK = re.compile(r"Fatal Python error: [^\n]*\n(?:.*\n)*?.*\(most recent call first\):\n"
+                          r'\s+File "(?P<path>[^"]+)", line (?P<line>\d+) in (?P<function>\S+)')
+_PACKAGE_DIRS = ("site-packages", "dist-packages")
+
+
+def fault_site(output: str) -> str | None:
+    """Where a job died of a fault, from the stack Python's faulthandler wrote to its output:
+    the package and the last Python frame; None without such a stack.
+
+    Example:
+        >>> fault_site('Fatal Python error: Segmentation fault\\n\\nStack (most recent call first):\\n'
+        ...            '  File "/v/lib/site-packages/tensorflow/python/eager/execute.py", line 53 in quick_execute\\n')
+        'in tensorflow: its last Python frame is quick_execute (tensorflow/python/eager/execute.py:53)'
+    """
+    dumps = list(_FAULT_STACK.finditer(output or ""))
+    if not dumps:
+        return None
+    found = dumps[-1]  # the last dump is the one that killed it
+    parts = found["path"].split(os.sep)
+    where = next((i for i, part in enumerate(parts) if part in _PACKAGE_DIRS), None)
+    frame = f"its last Python frame is {found['function']}"
+    if where is not None and where + 1 < len(parts):
+        package = parts[where + 1].split(".")[0]
+        return f"in {package}: {frame} ({'/'.join(parts[where + 1:])}:{found['line']})"
+    return f"{frame} ({os.path.basename(found['path'])}:{found['line']})"
+
+
+def death_cause(result: Any, error: BaseException | None, *, timeout: float | None = None,
+                output: str = "") -> str:
     """Why a job ended, in words a user acts on: never just ``crash``.
 
     ``result`` is the job's :class:`IsolatedResult`, ``error`` what it failed with. On a
@@ -115,6 +145,9 @@ def death_cause(result: Any, error: BaseException | None, *, timeout: float | No
                      "killer of a parent cgroup or the machine, or someone's kill -9")
         elif code is not None:
             cause = describe_exit(code)
+            site = fault_site(output or result.last_output) if code < 0 else None
+            if site:
+                cause += f" {site}" if site.startswith("in ") else f": {site}"
         else:
             cause = result.error or (text.splitlines()[0] if text else "ended without a result")
     else:
@@ -126,8 +159,10 @@ def death_cause(result: Any, error: BaseException | None, *, timeout: float | No
     return cause
 
 
-def attempt_record(number: int, result: Any, error: BaseException | None, *, timeout: float | None) -> dict[str, Any]:
-    """One attempt as the map keeps it (and the checkpoint stores it): JSON-able.
+def attempt_record(number: int, result: Any, error: BaseException | None, *, timeout: float | None,
+                   output: str = "") -> dict[str, Any]:
+    """One attempt as the map keeps it (and the checkpoint stores it): JSON-able. ``output`` is
+    the job's output as the kernel kept it (more than ``result.last_output``'s last lines).
 
     Example:
         >>> from kerasmagic.isolation.result import IsolatedResult
@@ -138,12 +173,13 @@ def attempt_record(number: int, result: Any, error: BaseException | None, *, tim
     return {
         "attempt": number,
         "status": result.status,
-        "cause": death_cause(result, error, timeout=timeout),
+        "cause": death_cause(result, error, timeout=timeout, output=output),
         "wall_s": round(result.wall_s, 4),
         "run_s": round(result.run_s, 4),
         "rss_peak_bytes": result.child_rss_peak_bytes,
         "gpu_peak_bytes": max(gpu) if gpu else None,
         "exit_code": result.exit_code,
+        "worker_pid": result.worker_pid,
         "signal": result.signal_name,
         "node": dict(result.node) if result.node else None,
         "output_tail": (result.last_output or "")[-2000:],

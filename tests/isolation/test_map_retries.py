@@ -80,8 +80,10 @@ def test_an_item_that_segfaults_once_succeeds_on_its_retry(tmp_path):
     assert [len(tries) for tries in result.attempts] == [1, 2, 1]
     first = result.attempts[1][0]
     assert first["status"] == "crash" and first["signal"] == "SIGSEGV"
-    assert first["cause"].startswith("segmentation fault (signal 11, SIGSEGV)"), first["cause"]
+    assert first["cause"].startswith("segmentation fault (signal 11, SIGSEGV): its last Python frame is "
+                                     "segfault_once (test_map_retries.py:"), first["cause"]
     assert "about to touch a freed pointer" in first["output_tail"]
+    assert "Fatal Python error: Segmentation fault" in first["output_tail"]  # the stack, in its output
     assert result.attempts[1][1]["status"] == "ok"
     frame = result.to_frame()
     assert list(frame["attempts"]) == [1, 2, 1] and list(frame["status"]) == ["ok"] * 3
@@ -105,8 +107,8 @@ def test_an_item_that_fails_every_attempt_lists_each_attempts_cause():
     assert [t["attempt"] for t in error.attempts] == [1, 2, 3]
     assert "all 3 attempts failed" in str(error)
     assert str(error).count("segmentation fault (signal 11, SIGSEGV)") >= 3
-    pids = {t["output_tail"] for t in result.attempts[0]}
-    assert len(pids) == 3  # each attempt ran in a fresh process
+    pids = {t["worker_pid"] for t in result.attempts[0]}
+    assert len(pids) == 3 and None not in pids  # each attempt ran in a fresh process
     assert "attempts: 1. segmentation fault" in str(result)
 
 
@@ -165,6 +167,21 @@ def test_an_item_killed_by_its_cgroups_oom_killer_says_so_and_its_retry_succeeds
         isolated_map(allocate_once_too_much, [(str(tmp_path), 5)], memory_limit="300MiB", quiet=True,
                      progress=False)
     assert "the out-of-memory killer (cgroup oom_kill rose)" in info.value.map_result.attempts[0][0]["cause"]
+
+
+def crash_in_a_library(item):
+    """A fault inside a package's code, as a framework's C++ would crash under its Python."""
+    import ctypes
+
+    ctypes.string_at(0)  # reads address 0: a real segmentation fault, in ctypes' own call
+
+
+def test_a_fault_inside_a_library_is_placed_in_that_library():
+    result = isolated_map(crash_in_a_library, [0], on_error="collect", progress=False, quiet=True)
+    cause = result.attempts[0][0]["cause"]
+    assert cause.startswith("segmentation fault (signal 11, SIGSEGV) in ctypes: its last Python frame is string_at ("
+                            "ctypes/__init__.py:") or cause.startswith(
+        "segmentation fault (signal 11, SIGSEGV): its last Python frame is string_at (__init__.py:"), cause
 
 
 def test_the_cause_names_the_node_on_a_cluster():
