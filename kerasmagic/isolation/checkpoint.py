@@ -84,17 +84,32 @@ def _digest(data: bytes) -> str:
 
 
 def _value_digest(value: Any) -> str:
-    """The digest of a value's pickle (cloudpickle for what plain pickle cannot take)."""
-    try:
-        return _digest(pickle.dumps(value, protocol=4))
-    except Exception:  # noqa: BLE001, S110 - lambdas, notebook classes: cloudpickle takes those
-        pass
-    try:
-        import cloudpickle
+    """The digest of a value's pickle (cloudpickle for what plain pickle cannot take).
 
-        return _digest(cloudpickle.dumps(value, protocol=4))
-    except Exception:  # noqa: BLE001 - the map itself says what cannot be sent; here it only has no digest
-        return _digest(f"unpicklable {type(value).__module__}.{type(value).__qualname__}".encode())
+    Large buffers (numpy arrays, a data set a function uses) are hashed where they are, through
+    pickle 5's out-of-band buffers: a fingerprint never copies a 10 GiB array in the kernel.
+    """
+    for dumps in (pickle.dumps, _cloudpickle_dumps):
+        buffers: list[pickle.PickleBuffer] = []
+        try:
+            data = dumps(value, protocol=5, buffer_callback=buffers.append)
+        except Exception:  # noqa: BLE001, S112 - lambdas, notebook classes: cloudpickle takes those
+            continue
+        hasher = hashlib.blake2b(data, digest_size=16)
+        for buffer in buffers:
+            try:
+                hasher.update(buffer.raw())
+            except BufferError:  # not contiguous: its bytes, copied (rare: a strided view)
+                hasher.update(bytes(buffer))
+        return hasher.hexdigest()
+    # The map itself says what cannot be sent; here it only has no digest of its own.
+    return _digest(f"unpicklable {type(value).__module__}.{type(value).__qualname__}".encode())
+
+
+def _cloudpickle_dumps(value: Any, **options: Any) -> bytes:
+    import cloudpickle
+
+    return cloudpickle.dumps(value, **options)
 
 
 def _code_digest(code: Any, into: Any) -> None:
