@@ -38,8 +38,9 @@ def started_at(item):
     return time.time()
 
 
-def direct_cost(size: int, count: int = 200) -> float:
-    """Milliseconds per item of the checkpoint's own work, on the kernel side."""
+def direct_cost(size: int, count: int) -> float:
+    """Milliseconds per item of the checkpoint's own work, on the kernel side (``count`` records
+    back to back: a burst far denser than a map's, whose items take seconds each)."""
     from kerasmagic.isolation.checkpoint import Checkpoint, ItemRecord, fingerprint_call, store_value
     from kerasmagic.isolation.result import IsolatedResult
     from kerasmagic.isolation.retries import attempt_record
@@ -108,7 +109,7 @@ def main() -> None:
         path = os.path.join(folder, "bench.kmrun")
         map_per_item(SIZES["1 KiB"], 5, None)  # warm the template
         for name, size in SIZES.items():
-            direct = statistics.median(direct_cost(size) for _ in range(args.rounds))
+            direct = statistics.median(direct_cost(size, args.items) for _ in range(args.rounds))
             plain, kept = [], []
             for _ in range(args.rounds):  # alternating: the machine's load hits both alike
                 plain.append(map_per_item(size, args.items, None))
