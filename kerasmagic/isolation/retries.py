@@ -83,6 +83,8 @@ class RetryPolicy:
 _FAULT_STACK = re.compile(r"Fatal Python error: [^\n]*\n(?:.*\n)*?.*\(most recent call first\):\n"
                           r'\s+File "(?P<path>[^"]+)", line (?P<line>\d+) in (?P<function>\S+)')
 _PACKAGE_DIRS = ("site-packages", "dist-packages")
+#: What an attempt keeps of its job's output (the checkpoint stores it with the attempt).
+_OUTPUT_TAIL_CHARS = 3000
 
 
 def fault_site(output: str) -> str | None:
@@ -182,6 +184,8 @@ def attempt_record(number: int, result: Any, error: BaseException | None, *, tim
         "worker_pid": result.worker_pid,
         "signal": result.signal_name,
         "node": dict(result.node) if result.node else None,
-        "output_tail": (result.last_output or "")[-2000:],
+        # The kernel's tail of the job's output (8 KiB) holds more than the report's last 12 lines:
+        # a fault's stack alone can fill those.
+        "output_tail": (output or result.last_output or "")[-_OUTPUT_TAIL_CHARS:],
         "finished_ts": result.finished_ts,
     }
