@@ -34,6 +34,7 @@ import {
 } from './gpu';
 import {
   countJobs,
+  mapProgressText,
   formatElapsed,
   IJobRow,
   jobGpu,
@@ -1173,6 +1174,10 @@ export class KerasMagicPanel extends Widget {
     }
     if (counts.other) {
       parts.push(trans.__('%1 stopped', counts.other));
+    }
+    const map = mapProgressText(rows, trans);
+    if (map) {
+      parts.push(map);
     }
     this._jobsTitle.textContent = parts.join(' · ');
     for (const row of rows) {
