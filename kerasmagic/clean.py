@@ -33,6 +33,7 @@ from .probes import torch_cuda as torch_probe
 from .probes.availability import Unavailable, guarded
 from .records import Record, wire
 from .registry_purge import PurgeResult, entries_tied_to_their_variables, purge_dead_custom_gradients
+from .snapshot import child_processes_note
 from .tables import Report, Section, format_bytes
 
 __all__ = ['CleanReport', 'CleanStep', 'clear_tf', 'trim_heap']
@@ -541,6 +542,10 @@ def _still_held(shell, report: CleanReport, survivors: list[Any]) -> list[str]:
         held.append(f"{registry.kept_alive} CustomGradient entries kept: their models are still alive")
     if registry is not None and registry.skipped is not None and registry.skipped.reason != "not_imported":
         held.append(f"gradient registry not purged: {registry.skipped.detail}")
+    # Not this kernel's memory, but the machine's: a report that leaves it out hides hundreds of MiB.
+    template = child_processes_note(guarded(process_probe.child_processes_memory, "reading the child processes"))
+    if template:
+        held.append(template)
     return held
 
 
