@@ -117,7 +117,7 @@ def child_processes_note(children: dict[str, Any] | Unavailable) -> str:
     Example:
         >>> child_processes_note({"count": 1, "rss_bytes": 700 * 2**20, "isolation_count": 1,
         ...                       "isolation_rss_bytes": 700 * 2**20})[:52]
-        "kerasmagic's isolation template holds 700.0 MiB RSS "
+        "kerasmagic's isolation template holds 700 MiB RSS ou"
     """
     if not isinstance(children, dict) or not children.get("isolation_count"):
         return ""
