@@ -242,6 +242,8 @@ def child_processes_memory() -> dict[str, int] | Unavailable:
                 ours = _TEMPLATE_COMMAND in cmdline.read()
         except (OSError, ValueError, IndexError):
             continue  # it exited between the walk and now
+        if not rss:
+            continue  # a zombie (a job that ended, not yet reaped): no memory, nothing to report
         found["count"] += 1
         found["rss_bytes"] += rss
         if ours:
