@@ -155,6 +155,13 @@ def _optimizer_note(model: dict[str, Any], weights: Any) -> str:
     ratio = (f" ({read['restored_slot_bytes'] / weights:.1f}x the weights)"
              if isinstance(weights, int) and weights and read["restored_slot_bytes"] else "")
     optimizer, step = read["optimizer"], read["iterations"]
+    if optimizer == "RestoredOptimizer" and read["restored_slots"]:
+        # tf-keras loads a SavedModel's optimizer variables even with compile=False: that advice would
+        # change nothing; saving without them does (checked in tests/core/test_new_models.py).
+        return (f"'{name}' came with its optimizer's variables although loaded with compile=False: a SavedModel "
+                f"brings its {read['restored_slots']} slot variables ({format_bytes(read['restored_slot_bytes'])}"
+                f"{ratio}) in a RestoredOptimizer that only training could use. For inference, save it with "
+                "model.save(path, include_optimizer=False) and load that.")
     if read["restored_slots"]:
         return (f"'{name}' came with its optimizer state: {read['restored_slots']} slot variables of its "
                 f"{optimizer} ({read['filled_slots']} holding non-zero values), "

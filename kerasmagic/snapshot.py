@@ -20,7 +20,7 @@ from .probes.availability import Unavailable, guarded, to_jsonable
 from .records import Record
 from .tables import Report, Section, format_bytes, format_value
 
-__all__ = ['MemorySnapshot', 'jax_advice', 'session_facts', 'tf_mem']
+__all__ = ['MemorySnapshot', 'child_processes_note', 'jax_advice', 'session_facts', 'tf_mem']
 
 #: A pool's unused part below this is not worth a paragraph of advice.
 _WORTH_A_NOTE_BYTES = 64 * 2**20
@@ -111,6 +111,23 @@ def session_facts(shell=None) -> dict[str, Any]:
     return to_jsonable({"keras": keras_probe.snapshot(), "tensorflow_graph": graph, "models": models})
 
 
+def child_processes_note(children: dict[str, Any] | Unavailable) -> str:
+    """A sentence on kerasmagic's isolation template among this kernel's child processes, or "".
+
+    Example:
+        >>> child_processes_note({"count": 1, "rss_bytes": 700 * 2**20, "isolation_count": 1,
+        ...                       "isolation_rss_bytes": 700 * 2**20})[:52]
+        "kerasmagic's isolation template holds 700 MiB RSS ou"
+    """
+    if not isinstance(children, dict) or not children.get("isolation_count"):
+        return ""
+    jobs = children["isolation_count"] - 1
+    with_jobs = f" with {jobs} running job{'s' if jobs != 1 else ''}" if jobs > 0 else ""
+    return (f"kerasmagic's isolation template holds {format_bytes(children['isolation_rss_bytes'])} RSS{with_jobs} "
+            "outside this kernel: it waits for the next isolated job until its idle timeout; "
+            "kerasmagic.shutdown_default_pool() ends it now.")
+
+
 @dataclass(eq=False, repr=False)
 class MemorySnapshot(Record, Report):
     """What the process holds right now (the result of ``tf_mem()`` / ``%tf_mem``).
@@ -138,6 +155,9 @@ class MemorySnapshot(Record, Report):
     guard: dict[str, Any] = field(default_factory=dict)
     #: What TensorFlow 1's ``Session.run`` calls of the last such cell showed (:mod:`kerasmagic.session_runs`).
     session_runs: list[dict[str, Any]] = field(default_factory=list)
+    #: This kernel's child processes: their RSS, and kerasmagic's isolation template's share of it
+    #: (:func:`kerasmagic.probes.process.child_processes_memory`).
+    children: dict[str, Any] | Unavailable = field(default_factory=dict)
 
     def _title(self) -> str:
         return "kerasmagic: memory of this kernel"
@@ -147,6 +167,12 @@ class MemorySnapshot(Record, Report):
         process.add("RSS", format_bytes(self.process["rss_bytes"]), "OS (/proc/self/statm)")
         self._limit_rows(process)
         process.add("system available", format_bytes(self.process["system_available_bytes"]), "OS")
+        if isinstance(self.children, dict) and self.children.get("count"):
+            process.add("child processes", f"{self.children['count']}, {format_bytes(self.children['rss_bytes'])} RSS",
+                        "OS (/proc), not in the RSS above; pages shared with this kernel counted again")
+            note = child_processes_note(self.children)
+            if note:
+                process.notes.append(note)
         sections = [process, self._tensorflow_section(), self._gpu_section(), self._keras_section()]
         if self.holders is not None:
             sections.extend(self.holders._sections())
@@ -395,4 +421,5 @@ def tf_mem(shell=None, who: bool = False) -> MemorySnapshot:
         limit=guarded(memory_limit, "reading the memory limit"),
         guard={**current_settings().to_dict(), "running": active_guard() is not None},
         session_runs=session_runs.findings(),
+        children=guarded(process_probe.child_processes_memory, "reading the child processes"),
     )

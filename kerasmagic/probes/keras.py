@@ -214,6 +214,12 @@ def model_footprint(model) -> dict[str, Any]:
     }
 
 
+def _is_restored_optimizer(optimizer) -> bool:
+    """tf-keras' stand-in for the optimizer of a SavedModel loaded with ``compile=False``: never
+    "built", yet it holds the file's slot variables (Adam's moments: twice the weights; issue 20)."""
+    return type(optimizer).__name__ == "RestoredOptimizer" and bool(getattr(optimizer, "variables", None))
+
+
 def optimizer_state_origin(model) -> str:
     """Where a model's optimizer state came from: ``none``, ``not_built``, ``trained`` or ``restored``.
 
@@ -234,6 +240,8 @@ def optimizer_state_origin(model) -> str:
     optimizer = getattr(model, "optimizer", None)
     if optimizer is None:
         return "none"
+    if _is_restored_optimizer(optimizer):
+        return "restored"
     if not getattr(optimizer, "built", False):
         return "not_built"
     if getattr(model, "train_function", None) is None:
@@ -260,7 +268,7 @@ def optimizer_state_read(model) -> dict[str, Any] | None:
     import numpy as np
 
     optimizer = getattr(model, "optimizer", None)
-    if optimizer is None or not getattr(optimizer, "built", False):
+    if optimizer is None or not (getattr(optimizer, "built", False) or _is_restored_optimizer(optimizer)):
         return None
     variables = optimizer.variables() if callable(optimizer.variables) else optimizer.variables
     scalars = {id(v) for v in (getattr(optimizer, "_iterations", None), getattr(optimizer, "_learning_rate", None))

@@ -152,3 +152,49 @@ def test_ops_added_to_a_graph_the_notebook_holds_are_counted_per_cell_after_a_cl
         assert re.search(rf"graph ops, runner\.graph\s+\S+\s+{added} new", str(measured)), str(measured)
     finally:
         run(shell, "runner.session.close()")
+
+
+def test_a_sequentials_inner_functional_model_is_part_of_it_not_a_second_live_model(keras_shell):
+    shell = keras_shell
+    run(shell, "model = make_model()\nhistory = model.fit(x, y, epochs=1, verbose=0)\n"
+               "inner = weakref.ref(model._functional)")
+    inner = shell.user_ns["inner"]()
+    # Independent check: Keras 3 really keeps a second, live Model object inside the Sequential.
+    assert isinstance(inner, shell.user_ns["keras"].Model) and inner is not shell.user_ns["model"]
+    report = find_holders(shell)
+    models = [o for o in report.to_dict()["objects"] if o["kind"] == "model"]
+    assert [[h["where"] for h in o["holders"]] for o in models] == [["model", "history.model"]], models
+    assert report.to_dict()["unreachable_models"] == [], "the inner model is not 'held outside the notebook'"
+    assert inner.name not in str(report), str(report)
+
+
+def test_a_model_held_by_a_partial_and_by_a_closure_is_listed_and_still_held_after_a_clean(keras_shell):
+    shell = keras_shell
+    run(shell, "import functools\n"
+               "def make_runner(m):\n"
+               "    def runner(): return m.predict(x, verbose=0)\n"
+               "    return runner\n"
+               "step = functools.partial(print, make_model(8))\nrunner = make_runner(make_model(16))\n"
+               "refs = [weakref.ref(step.args[0]), weakref.ref(runner.__closure__[0].cell_contents)]")
+    places = {h["where"] for o in find_holders(shell, census=False).to_dict()["objects"] if o["kind"] == "model"
+              for h in o["holders"]}
+    assert {"step.args[0]", "runner (closure variable 'm')"} <= places, places
+    clean = run(shell, "%clear_tf -q -o")
+    assert all(ref() is not None for ref in shell.user_ns["refs"]), "never deleted unasked"
+    held = "\n".join(clean.still_held)
+    assert "step.args[0]" in held and "runner (closure variable 'm')" in held, held
+    run(shell, "%clear_tf -q step runner")
+    assert [ref() for ref in shell.user_ns["refs"]] == [None, None]
+
+
+def test_a_pandas_series_and_a_jax_array_are_listed_with_their_bytes(keras_shell):
+    pd = pytest.importorskip("pandas", reason="pandas is not installed in this environment")
+    jnp = pytest.importorskip("jax.numpy", reason="JAX is not installed in this environment")
+    shell = keras_shell
+    shell.user_ns.update(pd=pd, jnp=jnp)
+    run(shell, "store = {'series': pd.Series(np.ones(2**18)), 'jax': jnp.ones((512, 1024), dtype=jnp.float32)}")
+    objects = find_holders(shell, census=False).to_dict()["objects"]
+    sizes = {h["where"]: o["bytes"] for o in objects for h in o["holders"]}
+    store = shell.user_ns["store"]
+    assert sizes["store['series']"] == int(store["series"].memory_usage(index=True)) >= 2 * 2**20, sizes
+    assert sizes["store['jax']"] == store["jax"].nbytes == 2 * 2**20, sizes

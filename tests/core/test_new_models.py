@@ -170,3 +170,41 @@ def test_a_keras_load_says_how_many_slots_came_back_checked_against_the_trained_
     assert equal >= read["filled_slots"], "every slot said restored holds the trained value"
     assert read["iterations"] == int(trained.optimizer.iterations.numpy()) == 2
     assert "8 slot variables of its Adam (8 holding non-zero values)" in str(shell.user_ns["m"])
+
+
+def test_a_tf_keras_savedmodel_loaded_without_compile_is_said_to_bring_its_slots_and_the_fix_works(shell):
+    """The SavedModel path: tf-keras loads the optimizer's variables even with compile=False (in a
+    RestoredOptimizer, never "built"), so "compile=False leaves it out" would be advice that frees
+    nothing. The report says what came, read from the variables, and its advice is followed here."""
+    tf_keras = pytest.importorskip("tf_keras", reason="tf-keras is not installed in this environment")
+    shell.user_ns["tf_keras"] = tf_keras
+    run(shell, "import os, shutil, tempfile, numpy as np\n"
+               "trained = tf_keras.Sequential([tf_keras.Input((64,)), tf_keras.layers.Dense(256), "
+               "tf_keras.layers.Dense(2)])\n"
+               "trained.compile(optimizer='adam', loss='mse')\n"
+               "trained.fit(np.ones((8, 64)), np.ones((8, 2)), verbose=0)\n"
+               "folder = tempfile.mkdtemp()\n"
+               "trained.save(os.path.join(folder, 'full'), save_format='tf')")
+    try:
+        run(shell, "%%tf_mem -q --as m\nloaded = tf_keras.models.load_model(os.path.join(folder, 'full'), "
+                   "compile=False)")
+        (model,) = shell.user_ns["m"].new_models
+        # Independent of the report: the optimizer object holds Adam's two moments per weight.
+        variables = shell.user_ns["loaded"].optimizer.variables()
+        moments = [v for v in variables if "/m/" in v.name or "/v/" in v.name]
+        moment_bytes = sum(v.numpy().nbytes for v in moments)
+        assert moment_bytes == 2 * sum(w.numpy().nbytes for w in shell.user_ns["loaded"].weights)
+        assert model["optimizer_state"] == "restored"
+        assert model["optimizer_read"]["restored_slot_bytes"] >= moment_bytes
+        text = str(shell.user_ns["m"])
+        assert "although loaded with compile=False" in text and "include_optimizer=False" in text, text
+        assert "load_model(path, compile=False) leaves it out" not in text
+        # Follow the advice: saved without the optimizer, the load brings none.
+        run(shell, "trained.save(os.path.join(folder, 'lean'), save_format='tf', include_optimizer=False)")
+        run(shell, "%%tf_mem -q --as lean\nserving = tf_keras.models.load_model(os.path.join(folder, 'lean'), "
+                   "compile=False)")
+        (lean,) = shell.user_ns["lean"].new_models
+        assert getattr(shell.user_ns["serving"], "optimizer", None) is None
+        assert lean["optimizer_bytes"] == 0 and lean["optimizer_state"] == "none"
+    finally:
+        run(shell, "shutil.rmtree(folder)")
