@@ -85,26 +85,22 @@ const plugin: JupyterFrontEndPlugin<void> = {
           ? [...new Set([...current, path])]
           : current.filter(known => known !== path);
         connection.setAutoload(next);
-        void settings
-          ?.set('autoload', next)
-          .catch(reason =>
-            console.warn('kerasmagic: cannot remember the choice', reason)
-          );
+        remember('autoload', next);
       },
-      saveClassroom: on =>
-        void settings
-          ?.set('classroom', on)
-          .catch(reason =>
-            console.warn('kerasmagic: cannot remember classroom mode', reason)
-          ),
-      saveWindow: minutes =>
-        void settings
-          ?.set('timeline_window', minutes)
-          .catch(reason =>
-            console.warn('kerasmagic: cannot remember the window', reason)
-          )
+      saveClassroom: on => remember('classroom', on),
+      saveWindow: minutes => remember('timeline_window', minutes)
     });
     let settings: ISettingRegistry.ISettings | null = null;
+    /** A choice the panel keeps in the user's settings; one that cannot be saved is logged. */
+    const remember = (
+      key: string,
+      value: Parameters<ISettingRegistry.ISettings['set']>[1]
+    ) =>
+      void settings
+        ?.set(key, value)
+        .catch(reason =>
+          console.warn(`kerasmagic: cannot remember ${key}`, reason)
+        );
     panel.id = PANEL_ID;
     panel.node.tabIndex = -1;
     panel.title.icon = kerasMagicIcon;
