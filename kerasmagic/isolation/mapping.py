@@ -306,7 +306,7 @@ class _Progress:
             "elapsed_s": time.perf_counter() - self.started, "eta_s": self.eta_s(),
             "job_ids": list(self.job_ids.values())})
 
-    def update(self, index: int, run: JobRun, state: str | None = None) -> None:
+    def update(self, index: int, run: JobRun, state: str | None = None, why: str = "") -> None:
         if state is None:
             state = run.phase
             if state == "over" and run.result.status != "ok":
@@ -332,8 +332,11 @@ class _Progress:
                 sys.stderr.write("\n")
             sys.stderr.flush()
         elif state in ("over", "failed", "retrying"):
-            what = "will run again" if state == "retrying" else run.result.status
-            sys.stderr.write(f"isolated_map: job [{index}] {what} after {run.result.wall_s:.2f} s; {text}\n")
+            if state == "retrying":
+                ended = f"ended after {run.result.wall_s:.2f} s ({why or run.result.status}); it runs again"
+            else:
+                ended = f"{run.result.status} after {run.result.wall_s:.2f} s"
+            sys.stderr.write(f"isolated_map: job [{index}] {ended}; {text}\n")
             sys.stderr.flush()
 
 
@@ -543,7 +546,7 @@ def _map_items(fn: Callable[[Any], Any], items: list[Any], book: Checkpoint | No
                 handled.add(id(run.result))
                 if _item_over(index, run, book, policy, attempts, values, errors, timeout):
                     again.append(index)
-                    bar.update(index, run, "retrying")
+                    bar.update(index, run, "retrying", why=attempts[index][-1]["cause"])
                 else:
                     bar.update(index, run)
 
