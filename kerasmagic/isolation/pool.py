@@ -26,7 +26,6 @@ import itertools
 import logging
 import math
 import os
-import pickle
 import queue
 import re
 import shutil
@@ -46,6 +45,20 @@ from typing import Any
 from ..probes.availability import Unavailable
 from ..probes.process import pid_exists
 from .errors import IsolationUsageError
+from .messages import (
+    CONTROL_CHANNEL,
+    Exited,
+    Fork,
+    Forked,
+    ImportFailed,
+    Message,
+    MessageError,
+    Ready,
+    Reap,
+    Refused,
+    Retire,
+    dumps,
+)
 from .template import LATE_ENV, MAX_CONTROL_BYTES, PRELOADABLE
 
 logger = logging.getLogger(__name__)
@@ -361,7 +374,7 @@ class JobProcess:
         self.stdout_fd = stdout_fd
         self.stderr_fd = stderr_fd
         self.started_at = time.monotonic()
-        self.ready_info: dict[str, Any] | None = None
+        self.ready_info: Ready | None = None
         self._closed = False
 
     def poll(self) -> int | None:
@@ -525,7 +538,7 @@ class Template:
         self.spec = spec
         self.state = "starting"  # -> "ready" -> "retired" | "failed" | "dead"
         self.ready: Future = Future()
-        self.ready_info: dict[str, Any] = {}
+        self.ready_info: Ready | None = None
         self.pid: int | None = None
         self.process: subprocess.Popen | None = None
         self.last_used = time.monotonic()
@@ -594,34 +607,33 @@ class Template:
             if not data:
                 break
             try:
-                self._handle(pickle.loads(data))
+                self._handle(CONTROL_CHANNEL.loads(data))
             except Exception:  # one bad message must not stop the reader
                 logger.exception("kerasmagic: bad message from isolation template %s", self.pid)
         self._ended()
 
-    def _handle(self, message: dict[str, Any]) -> None:
-        kind = message.get("kind")
-        if kind == "ready":
+    def _handle(self, message: Message) -> None:
+        if isinstance(message, Ready):
             self.ready_info = message
             self.state = "ready"
             self.ready.set_result(self)
-        elif kind == "failed":
+        elif isinstance(message, ImportFailed):
             self.state = "failed"
-            self.ready.set_exception(TemplateFailed(message["error"], message["error"], message.get("traceback", "")))
-        elif kind in ("forked", "refused"):
+            self.ready.set_exception(TemplateFailed(message.error, message.error, message.traceback))
+        elif isinstance(message, (Forked, Refused)):
             with self._lock:
-                future, parent_channel, out_read, err_read = self._pending.pop(message["job_id"])
-            if kind == "refused":
-                retire = message.get("retire", True)
+                future, parent_channel, out_read, err_read = self._pending.pop(message.job_id)
+            if isinstance(message, Refused):
+                retire = message.retire
                 if retire and self.state == "ready":
                     self.state = "retired"
                 for fd in (out_read, err_read):
                     os.close(fd)
                 parent_channel.close()
                 if future.set_running_or_notify_cancel():
-                    future.set_exception(ForkRefused(message["reason"], retire))
+                    future.set_exception(ForkRefused(message.reason, retire))
                 return
-            pid = message["pid"]
+            pid = message.pid
             with self._lock:
                 self._children.add(pid)
             worker = ForkedWorker(self.spec, self, pid, Connection(parent_channel.detach()), out_read, err_read)
@@ -633,11 +645,13 @@ class Template:
                                  name=f"kerasmagic-isolation-collect-{pid}").start()
                 return
             future.set_result(worker)
-        elif kind == "exited":
+        elif isinstance(message, Exited):
             with self._lock:
-                self._exits[message["pid"]] = message["returncode"]
-                self._children.discard(message["pid"])
+                self._exits[message.pid] = message.returncode  # type: ignore[assignment]
+                self._children.discard(message.pid)
             self.last_used = time.monotonic()
+        else:
+            raise MessageError(f"a template sends ready, failed, forked, refused and exited, not {message.kind!r}")
 
     def _ended(self) -> None:
         """The template process is gone (or we closed it): fail whoever still waits."""
@@ -678,14 +692,14 @@ class Template:
                                              "raise `ulimit -n`", retire=False))
             return future
         job_id = next(self._job_ids)
-        request = {"kind": "fork", "job_id": job_id, "env": spec.late_env(), "directory": directory}
+        request = Fork(job_id=job_id, env=spec.late_env(), directory=directory)
         with self._lock:
             self._pending[job_id] = (future, parent_channel, out_read, err_read)
         self.last_used = time.monotonic()
         try:
             if self._control is None or self.state != "ready":
                 raise OSError("the template is not running")
-            socket.send_fds(self._control, [pickle.dumps(request, protocol=5)],
+            socket.send_fds(self._control, [dumps(request)],
                             [child_channel.fileno(), out_write, err_write])
         except OSError as exc:
             with self._lock:
@@ -711,7 +725,7 @@ class Template:
             self._exits.pop(pid, None)
         if self._control is not None:
             try:
-                self._control.send(pickle.dumps({"kind": "reap", "pid": pid}))
+                self._control.send(dumps(Reap(pid=pid)))
             except OSError:
                 pass  # the template is gone, and its zombies with it
 
@@ -725,7 +739,7 @@ class Template:
             self.state = "retired"
         if self._control is not None:
             try:
-                self._control.send(pickle.dumps({"kind": "retire"}))
+                self._control.send(dumps(Retire()))
             except OSError:
                 pass
 
@@ -1046,7 +1060,7 @@ class WorkerPool:
             if error is not None:
                 _fail_launch(launch, error)
                 return
-            launch.template_threads = list(template.ready_info.get("threads", []))
+            launch.template_threads = list(template.ready_info.threads if template.ready_info is not None else [])
             if launch.future.cancelled():
                 return
             template.fork(spec, directory).add_done_callback(_guarded(launch, forked))

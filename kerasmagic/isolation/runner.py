@@ -13,7 +13,6 @@ from __future__ import annotations
 import codecs
 import logging
 import os
-import pickle
 import selectors
 import shutil
 import signal
@@ -23,14 +22,12 @@ import time
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
 from .. import events
 from ..probes.availability import guarded
 from ..probes.process import rss_bytes
 from ..probes.sample import gpu_device_values, keep_largest, tf_device_missing, tf_device_values
-from ..records import NOT_WIRE, wire_dict
 from ..tables import format_bytes
 from .errors import (
     IsolatedCellError,
@@ -44,7 +41,21 @@ from .errors import (
     shorten_message,
 )
 from .gpu_figures import gpu_devices_of, kernel_gpu_figures
+from .job import Job
 from .job_memory import WATCH_INTERVAL_S, JobMemoryLimit
+from .messages import (
+    JOB_CHANNEL,
+    Display,
+    Done,
+    ImportFailed,
+    JobEnded,
+    MessageError,
+    Raised,
+    Ready,
+    RunJob,
+    Sample,
+    dumps,
+)
 from .pool import JobProcess, Launch, TemplateFailed, WorkerPool, WorkerSpec, _keras_backend, default_pool
 from .result import IsolatedResult
 from .shipping import FrameworkNotImported, decode, describe
@@ -59,59 +70,6 @@ _EXIT_GRACE_S = 10.0
 #: can come back any more (it closed the descriptor, or it is dying and the exit is on its way).
 _CHANNEL_LOST_GRACE_S = 2.0
 _DRAIN_AFTER_EXIT_S = 1.0
-
-
-def _working_directory() -> str | None:
-    try:
-        return os.getcwd()
-    except OSError:
-        return None  # deleted under the kernel: the worker keeps its own, the report says so
-
-
-@dataclass(eq=False, repr=False)
-class Job:
-    """Everything a worker needs, already encoded (so that nothing runs if a name cannot travel).
-
-    ``message()`` is what the worker receives: the fields (all but ``owns_directory``), as
-    they are (it travels pickled), with the kernel's working directory and ``sys.path``.
-
-    Example:
-        >>> job = Job("code", "/tmp/job-1", code="x = 1", outputs=["x"])
-        >>> message = job.message()
-        >>> message["kind"], message["mode"], message["outputs"], "owns_directory" in message
-        ('job', 'code', ['x'], False)
-    """
-
-    mode: str  # "code" or "function"
-    _: KW_ONLY
-    code: str = ""
-    inputs: dict[str, Any] = field(default_factory=dict)
-    outputs: list[str] = field(default_factory=list)
-    required_outputs: list[str] = field(default_factory=list)
-    call: dict[str, Any] | None = None
-    seed: int | None = None
-    display_last: bool = False
-    #: ``memory_limit=`` in bytes: the kernel (or a Ray node's agent) holds it, the worker never
-    #: sees it; a field so that it travels to the node with the rest of the job.
-    memory_limit_bytes: int | None = field(default=None, metadata=NOT_WIRE)
-    directory: str = field(kw_only=False)  # positional, second: Job(mode, directory, ...); on the wire after the rest
-    owns_directory: bool = field(default=True, metadata=NOT_WIRE)
-
-    def __post_init__(self) -> None:
-        # None is accepted for the containers, as "nothing".
-        self.inputs = self.inputs or {}
-        self.outputs = self.outputs or []
-        self.required_outputs = self.required_outputs or []
-        self.seed = None if self.seed is None else int(self.seed)  # Keras refuses numpy integers
-
-    def message(self) -> dict[str, Any]:
-        return {
-            "kind": "job",
-            **wire_dict(self, value=lambda value: value),
-            "cwd": _working_directory(),
-            "sys_path": [p for p in sys.path if p],
-            "sample_interval_s": SAMPLE_INTERVAL_S,
-        }
 
 
 class _Stream:
@@ -150,7 +108,7 @@ class JobRun:
         self.worker: JobProcess | None = None
         self.error: BaseException | None = None
         self.tail = ""
-        self.final: dict[str, Any] | None = None
+        self.final: JobEnded | ImportFailed | None = None
         self.channel_open = False
         self.streams: dict[int, _Stream] = {}
         self.started = 0.0
@@ -209,13 +167,13 @@ class JobRun:
             selector.register(fd, selectors.EVENT_READ, (self, stream))
         self.phase = "starting"
 
-    def on_ready(self, message: dict[str, Any], selector: selectors.BaseSelector) -> None:
+    def on_ready(self, message: Ready, selector: selectors.BaseSelector) -> None:
         assert self.worker is not None
         self.worker.ready_info = message
         result = self.result
-        result.worker_import_s = message.get("import_s")
-        result.child_rss_start_bytes = message.get("rss_bytes")
-        result.template_modules = list(message.get("modules") or [])
+        result.worker_import_s = message.import_s
+        result.child_rss_start_bytes = message.rss_bytes
+        result.template_modules = list(message.modules)
         result.wait_s = time.perf_counter() - self.started
         if self.memory_limit is not None:
             # Before the job is sent: from its first line, its memory is charged to its cgroup.
@@ -224,9 +182,13 @@ class JobRun:
         self.run_started = time.perf_counter()
         self.phase = "running"
         try:
-            self.worker.conn.send_bytes(pickle.dumps(self.job.message(), protocol=5))
+            self.worker.conn.send_bytes(dumps(self.request()))
         except OSError as exc:  # BrokenPipeError, ConnectionResetError: it died after it was ready
             self._died_before_the_job(exc, selector)
+
+    def request(self) -> RunJob:
+        """The ``job`` message this run sends its process: the job, where it runs (cwd, ``sys.path``)."""
+        return RunJob.here(self.job)
 
     def check(self, now: float, selector: selectors.BaseSelector) -> None:
         """Advance what needs no I/O: launches that finished, deadlines, exits."""
@@ -307,38 +269,42 @@ class JobRun:
     def show(self, data: dict[str, Any], metadata: dict[str, Any]) -> None:
         _show(data, metadata, self.forward_output)
 
-    def publish_sample(self, message: dict[str, Any]) -> None:
-        events.publish("isolated_sample", {**{k: v for k, v in message.items() if k != "kind"},
-                                           "job_id": self.result.job_id})
+    def publish_sample(self, message: Sample) -> None:
+        events.publish("isolated_sample", {**message.reading, "job_id": self.result.job_id})
 
-    def bring_back(self, final: dict[str, Any]) -> str | None:
+    def bring_back(self, final: Done) -> str | None:
         """Rebuild the job's values in this process; a warning naming what did not come back."""
         return _bring_back(final, self.result)
 
     def read_channel(self, selector: selectors.BaseSelector) -> None:
         assert self.worker is not None
         try:
-            message = pickle.loads(self.worker.conn.recv_bytes())
+            data = self.worker.conn.recv_bytes()
         except (EOFError, OSError):
             self._close_channel(selector)
             return
-        if message.get("sender", self.worker.pid) != self.worker.pid:
+        try:
+            message = JOB_CHANNEL.loads(data)
+        except MessageError as exc:
+            logger.warning("kerasmagic: job %s sent what it may not: %s", self.result.label, exc)
+            return
+        if message.sender is not None and message.sender != self.worker.pid:
             return  # a process the job forked shares the channel: only the job's own messages count
-        kind = message.get("kind")
-        if kind == "ready" and self.phase == "starting":
-            self.on_ready(message, selector)
-        elif kind == "failed":
+        if isinstance(message, Ready):
+            if self.phase == "starting":
+                self.on_ready(message, selector)
+        elif isinstance(message, ImportFailed):
             self.final = message
             self._close_channel(selector)
-        elif kind == "sample":
-            self._record_sample(message)
+        elif isinstance(message, Sample):
+            self._record_sample(message.reading)
             self.publish_sample(message)
-        elif kind == "display":
-            self.show(message["data"], message.get("metadata") or {})
-        elif kind in ("done", "error"):
+        elif isinstance(message, Display):
+            self.show(message.data, message.metadata or {})
+        elif isinstance(message, JobEnded):
             self.final = message
-            self._imported(message.get("imported"))
-            final_sample = message["final_sample"]
+            self._imported(message.imported)
+            final_sample = message.final_sample
             self._record_sample(final_sample)
             exact_peak = final_sample.get("rss_peak_bytes")
             if isinstance(exact_peak, int) and exact_peak:  # VmHWM; an unavailable object off Linux
@@ -346,8 +312,8 @@ class JobRun:
                 self.result.child_rss_peak_method = "exact"
             self.result.child_pss_bytes = final_sample.get("pss_bytes")
             self.result.child_uss_bytes = final_sample.get("uss_bytes")
-            if message.get("first_line_ts"):
-                self.result.start_latency_s = max(0.0, message["first_line_ts"] - self.launched_ts)
+            if message.first_line_ts:
+                self.result.start_latency_s = max(0.0, message.first_line_ts - self.launched_ts)
 
     def _imported(self, modules: Any) -> None:
         """The heavy modules the job imported itself: into its report, and taught to the pool,
@@ -430,12 +396,12 @@ class JobRun:
 
     def _died_while_starting(self, selector: selectors.BaseSelector) -> None:
         assert self.worker is not None
-        failed = self.final if self.final and self.final.get("kind") == "failed" else None
+        failed = self.final if isinstance(self.final, ImportFailed) else None
         self.stop(selector)
         code = self.worker.poll()
         self.result.exit_code = code
         if failed is not None:
-            self._import_failed(failed["error"], failed.get("traceback", ""))
+            self._import_failed(failed.error, failed.traceback)
             return
         log = self.worker.import_failure()
         self._import_failed(None, log or f"nothing (exit code {code})")
@@ -531,16 +497,16 @@ class JobRun:
         self._record_exit(code)
         final, result = self.final, self.result
         self.phase = "over"
-        if final is None or final.get("kind") == "failed":
+        if not isinstance(final, JobEnded):
             self._crashed()
             return
-        result.run_s = final.get("run_s", result.run_s)
-        result.not_returned.update(final.get("not_returned") or {})
-        if final["kind"] == "error" and final.get("stage") == "inputs":
+        result.run_s = final.run_s if final.run_s is not None else result.run_s
+        result.not_returned.update(final.not_returned or {})
+        if isinstance(final, Raised) and final.stage == "inputs":
             self._input_not_rebuilt(final)
-        elif final["kind"] == "error":
+        elif isinstance(final, Raised):
             self._code_raised(final)
-        else:
+        elif isinstance(final, Done):
             self.warning = self.bring_back(final)
 
     def _crashed(self) -> None:
@@ -570,38 +536,38 @@ class JobRun:
         self._fail(IsolatedCrash(f"{message}{output}", result, exit_code=code, signal_name=result.signal_name,
                                  last_output=result.last_output), "crash")
 
-    def _input_not_rebuilt(self, final: dict[str, Any]) -> None:
-        name = final.get("name") or "an input"
+    def _input_not_rebuilt(self, final: Raised) -> None:
+        name = final.name or "an input"
         self._fail(IsolatedShippingError(
-            f"{name!r} reached the isolated process but could not be rebuilt there ({final['exc_type']}: "
-            f"{shorten_message(final['exc_message'])}); the code did not run and the namespace is unchanged. "
+            f"{name!r} reached the isolated process but could not be rebuilt there ({final.exc_type}: "
+            f"{shorten_message(final.exc_message)}); the code did not run and the namespace is unchanged. "
             "A class that exists only in this kernel (defined at run time, or a keras.Model subclass without "
             "@keras.saving.register_keras_serializable) cannot be rebuilt in another process: define it in "
             "a module on sys.path, or build the object inside the isolated code",
-            self.result, name=name, exc_type=final["exc_type"], exc_message=final["exc_message"]), "error")
+            self.result, name=name, exc_type=final.exc_type, exc_message=final.exc_message), "error")
         self.result.error = _error_line(final)
 
-    def _code_raised(self, final: dict[str, Any]) -> None:
+    def _code_raised(self, final: Raised) -> None:
         self.result.error = _error_line(final)
-        message, traceback = final["exc_message"], final["traceback"].rstrip()
+        message, traceback = final.exc_message, final.traceback.rstrip()
         shortened = shorten_message(message)
         if shortened != message and shortened in traceback:
             # Shown once, at the end of the traceback (the worker shortened it there), not twice.
-            headline = (f"the isolated code raised {final['exc_type']} (its message, {len(message):,} characters, "
+            headline = (f"the isolated code raised {final.exc_type} (its message, {len(message):,} characters, "
                         "is shortened at the end of the traceback; exc.exc_message holds all of it)")
         else:
-            headline = f"the isolated code raised {final['exc_type']}: {shortened}"
+            headline = f"the isolated code raised {final.exc_type}: {shortened}"
         self._fail(IsolatedCellError(
             f"{headline}\n\nTraceback in the worker process:\n{traceback}",
-            self.result, exc_type=final["exc_type"], exc_message=message,
-            child_traceback=final["traceback"]), "error")
+            self.result, exc_type=final.exc_type, exc_message=message,
+            child_traceback=final.traceback), "error")
 
 
-def _error_line(final: dict[str, Any]) -> str:
+def _error_line(final: Raised) -> str:
     """The job's error in one short line (the sidebar's and the map summary's): type and message start."""
-    message = final["exc_message"]
+    message = final.exc_message
     first = (message[:301].splitlines() or [""])[0][:300]
-    return f"{final['exc_type']}: {first}{'…' if len(message) > len(first) else ''}"
+    return f"{final.exc_type}: {first}{'…' if len(message) > len(first) else ''}"
 
 
 def _env_overrides(spec: WorkerSpec) -> list[str]:
@@ -835,17 +801,17 @@ def _framework_advice(modules: list[str]) -> str:
             "model.get_weights(), a saved file's path)")
 
 
-def _bring_back(final: dict[str, Any], result: IsolatedResult) -> str | None:
+def _bring_back(final: Done, result: IsolatedResult) -> str | None:
     """Rebuild the job's value and outputs into ``result``; a warning naming what did not come back."""
     started = time.perf_counter()
     warn_about = dict(result.not_returned)  # what the worker could not send
     frameworks: list[str] = []  # refused, not imported: named once in the warning with what to do
-    if final.get("value") is not None:
-        value = _rebuild("value", final["value"], result, warn_about, frameworks)
+    if final.value is not None:
+        value = _rebuild("value", final.value, result, warn_about, frameworks)
         if value is not _NOT_REBUILT:
             result.value = value
-    for name, spec in final.get("outputs", {}).items():
-        if spec["kind"] == "module" and spec["name"] not in sys.modules:
+    for name, spec in final.outputs.items():
+        if spec["format"] == "module" and spec["name"] not in sys.modules:
             # Importing TensorFlow into the kernel because the cell imported it would undo
             # the point of isolating it; the user imports it here when they need it. A cell's
             # own `import` is not worth a warning: the report lists it.

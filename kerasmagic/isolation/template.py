@@ -27,7 +27,6 @@ import argparse
 import ctypes
 import gc
 import os
-import pickle
 import select
 import shutil
 import signal
@@ -36,12 +35,25 @@ import sys
 import tempfile
 import time
 import traceback
-from typing import Any
 
 from ..compat import display_functions_module
 from ..probes import jax_devices as jax_probe
 from ..probes import torch_cuda as torch_probe
 from ..probes.process import child_pids, rss_bytes
+from .messages import (
+    CONTROL_CHANNEL,
+    Exited,
+    Fork,
+    Forked,
+    ImportFailed,
+    Message,
+    MessageError,
+    Ready,
+    Reap,
+    Refused,
+    Retire,
+    dumps,
+)
 
 #: Exit status of a template (or forked child) that found the kernel gone.
 PARENT_GONE_EXIT = 75
@@ -232,14 +244,14 @@ class ForkedChild(BaseException):
     (and every frame of it) before it becomes the job. A BaseException, so that the loop's
     ``except Exception`` (a bad request must not end the template) lets it through."""
 
-    def __init__(self, template: Template, request: dict[str, Any], fds: list[int]) -> None:
+    def __init__(self, template: Template, request: Fork, fds: list[int]) -> None:
         super().__init__()
         self.template, self.request, self.fds = template, request, fds
 
 
-def _send(control: socket.socket, message: dict[str, Any]) -> None:
+def _send(control: socket.socket, message: Message) -> None:
     try:
-        control.send(pickle.dumps(message, protocol=5))
+        control.send(dumps(message))
     except OSError:
         pass  # the kernel went away; the loop notices and ends us
 
@@ -311,31 +323,31 @@ class Template:
             _close_fds(fds)
             self.kernel_gone(kernel_dead=False)  # the pool closed us: nothing may outlive it
         try:
-            message = pickle.loads(data)
-            kind = message.get("kind")
-            if kind == "fork":
+            message = CONTROL_CHANNEL.loads(data)
+            if isinstance(message, Fork):
                 self.fork(message, fds)
                 return
-            if kind == "retire":
+            if isinstance(message, Retire):
                 self.retiring = True
-            elif kind == "reap":
-                self.release_zombie(message["pid"])
+            elif isinstance(message, Reap):
+                self.release_zombie(message.pid)
+            else:
+                raise MessageError(f"a template takes fork, retire and reap requests, not {message.kind!r}")
         except Exception:  # noqa: BLE001 - a bad request must never end the template and its jobs
             traceback.print_exc()  # into the template's log
         _close_fds(fds)
 
-    def fork(self, request: dict[str, Any], fds: list[int]) -> None:
-        job_id = request["job_id"]
+    def fork(self, request: Fork, fds: list[int]) -> None:
+        job_id = request.job_id
         if self.retiring:
             _close_fds(fds)
-            _send(self.control, {"kind": "refused", "job_id": job_id, "reason": "the template is retiring",
-                                 "retire": True})
+            _send(self.control, Refused(job_id=job_id, reason="the template is retiring", retire=True))
             return
         problem = self.safety.problem()
         if problem:
             _close_fds(fds)
             self.retiring = True
-            _send(self.control, {"kind": "refused", "job_id": job_id, "reason": problem, "retire": True})
+            _send(self.control, Refused(job_id=job_id, reason=problem, retire=True))
             return
         sys.stdout.flush()
         sys.stderr.flush()
@@ -344,18 +356,17 @@ class Template:
             pid = os.fork()
         except OSError as exc:  # ENOMEM, EAGAIN (ulimit -u): this job runs fresh, the others go on
             _close_fds(fds)
-            _send(self.control, {"kind": "refused", "job_id": job_id, "reason": f"fork() failed: {exc}",
-                                 "retire": False})
+            _send(self.control, Refused(job_id=job_id, reason=f"fork() failed: {exc}", retire=False))
             return
         if pid == 0:
             # Out of the loop first (to main()), then the job: it runs near the top of the
             # stack, and TensorFlow records that stack for every op it creates.
             raise ForkedChild(self, request, fds)
         _close_fds(fds)
-        self.children[pid] = request["directory"]
-        _send(self.control, {"kind": "forked", "job_id": job_id, "pid": pid})
+        self.children[pid] = request.directory
+        _send(self.control, Forked(job_id=job_id, pid=pid))
 
-    def become_job(self, request: dict[str, Any], fds: list[int]) -> tuple[int, int, int, list[str]]:
+    def become_job(self, request: Fork, fds: list[int]) -> tuple[int, int, int, list[str]]:
         """In the child: a session of its own, the job's pipes and environment; what
         :func:`~kerasmagic.isolation.child.worker.serve_forked_job` then takes (the job's channel,
         the kernel's watch pipe, the template's pid, the modules the template was asked for)."""
@@ -371,7 +382,7 @@ class Template:
         os.dup2(stdout_fd, 1)
         os.dup2(stderr_fd, 2)
         _close_fds([stdout_fd, stderr_fd])
-        os.environ.update(request["env"])
+        os.environ.update(request.env)
         return channel_fd, self.watch_fd, os.getppid(), self.modules
 
     def reap(self) -> None:
@@ -387,13 +398,13 @@ class Template:
             except ChildProcessError:
                 info = None
                 self.exited.add(pid)
-                _send(self.control, {"kind": "exited", "pid": pid, "returncode": None})
+                _send(self.control, Exited(pid=pid, returncode=None))
                 continue
             if info is None or info.si_pid == 0:
                 continue
             code = info.si_status if info.si_code == os.CLD_EXITED else -info.si_status
             self.exited.add(pid)
-            _send(self.control, {"kind": "exited", "pid": pid, "returncode": code})
+            _send(self.control, Exited(pid=pid, returncode=code))
         if self.subreaper:
             self.end_orphans()
 
@@ -554,14 +565,14 @@ def main(argv: list[str] | None = None) -> None:
     try:
         import_s = preload(modules, learned)
     except BaseException as exc:  # noqa: BLE001 - the kernel shows the cause, not the log's chatter
-        _send(control, {"kind": "failed", "error": f"{type(exc).__name__}: {exc}",
-                        "traceback": "".join(traceback.format_exception(exc))})
+        _send(control, ImportFailed(error=f"{type(exc).__name__}: {exc}",
+                                    traceback="".join(traceback.format_exception(exc))))
         os._exit(1)
     freeze_imports()
     safety = ForkSafety()
-    _send(control, {"kind": "ready", "pid": os.getpid(), "import_s": import_s, "rss_bytes": rss_bytes(),
-                    "threads": sorted(name for name, _ in safety.baseline.values()),
-                    "modules": modules_present(modules + learned)})
+    _send(control, Ready(pid=os.getpid(), import_s=import_s, rss_bytes=rss_bytes(),
+                         threads=sorted(name for name, _ in safety.baseline.values()),
+                         modules=modules_present(modules + learned)))
     child = None
     try:
         Template(control, args.watch_fd, args.parent_pid, args.log, safety,

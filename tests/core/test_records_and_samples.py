@@ -11,6 +11,7 @@ import pytest
 from kerasmagic import clean
 from kerasmagic.clean import CleanReport, CleanStep, clear_tf
 from kerasmagic.isolation.child import worker
+from kerasmagic.isolation.messages import JOB_CHANNEL, RunJob
 from kerasmagic.isolation.result import IsolatedResult, ShippedName
 from kerasmagic.isolation.runner import Job, JobRun
 from kerasmagic.live import protocol
@@ -89,11 +90,13 @@ def test_memory_snapshot_keeps_its_positional_constructor_and_ts_first():
 
 def test_job_message_is_the_fields_as_they_are_plus_the_kernel_context():
     job = Job("function", "/tmp/job", call={"args": (1, 2)}, seed=__import__("numpy").int64(4), owns_directory=False)
-    message = job.message()
+    message = RunJob.here(job).to_wire()
     assert message["call"] == {"args": (1, 2)}  # a tuple stays a tuple: it travels pickled
     assert message["seed"] == 4 and type(message["seed"]) is int
     assert "owns_directory" not in message and message["kind"] == "job" and "sys_path" in message
     assert Job("code", "/tmp/job", inputs=None).inputs == {}
+    back = JOB_CHANNEL.decode(message)  # what the job's process rebuilds: the same job
+    assert isinstance(back, RunJob) and back.job.call == {"args": (1, 2)} and back.job.seed == 4
 
 
 # --- CleanReport: dropped and failing steps -------------------------------------------------

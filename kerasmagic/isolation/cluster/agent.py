@@ -28,9 +28,11 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+from ..job import Job
+from ..messages import Accepted, Display, Done, Final, Message, NoAgent, Output, Placed, RunJob, Sample
 from ..pool import WorkerPool, WorkerSpec, release_owner_locks
 from ..result import IsolatedResult
-from ..runner import Job, JobRun, drive
+from ..runner import JobRun, drive
 from ..shipping import make_job_directory
 from .transfer import read_files, rebase_job, returned_specs, spec_paths, write_files
 
@@ -45,7 +47,7 @@ AGENT_IDLE_TIMEOUT_S = 600.0
 
 
 #: The agent's first answer to a job: it was alive when it took the job.
-_ACCEPTED = {"kind": "accepted"}
+_ACCEPTED = Accepted().to_wire()
 
 def agent_name(session: str, node_id: str) -> str:
     """The agent's actor name: one per kernel (``session``) and node.
@@ -74,33 +76,29 @@ def _node_environment(overrides: dict[str, str]) -> tuple[tuple[str, str], ...]:
     return tuple(sorted(environment.items()))
 
 
-class _NodeJob(Job):
-    """A job as the kernel encoded it, with the kernel's folder, cwd and ``sys.path`` made local."""
-
-    kernel_cwd: str | None = None
-    kernel_sys_path: tuple[str, ...] = ()
-
-    def message(self) -> dict[str, Any]:
-        message = super().message()
-        # The kernel's working directory where it exists here (a shared filesystem, the
-        # same image), the agent's otherwise; the kernel's sys.path entries that exist here first.
-        if self.kernel_cwd and os.path.isdir(self.kernel_cwd):
-            message["cwd"] = self.kernel_cwd
-        local = [p for p in self.kernel_sys_path if os.path.isdir(p)]
-        message["sys_path"] = local + [p for p in message["sys_path"] if p not in local]
-        return message
-
-
 class _RelayedRun(JobRun):
     """A :class:`JobRun` whose output, displays and samples go into a queue, not a cell, and
     whose values are sent back as files instead of being rebuilt here (that would import
     the frameworks into the agent)."""
 
-    def __init__(self, *args: Any, events: queue.Queue, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, events: queue.Queue, kernel_cwd: str | None = None,
+                 kernel_sys_path: tuple[str, ...] = (), **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.events = events
+        self.kernel_cwd = kernel_cwd
+        self.kernel_sys_path = kernel_sys_path
         self.returned_files: dict[str, bytes] = {}
-        self.final_message: dict[str, Any] | None = None
+        self.final_message: Done | None = None
+
+    def request(self) -> RunJob:
+        """The job with the kernel's working directory where it exists here (a shared filesystem,
+        the same image), the agent's otherwise; the kernel's ``sys.path`` entries that exist here first."""
+        request = super().request()
+        if self.kernel_cwd and os.path.isdir(self.kernel_cwd):
+            request.cwd = self.kernel_cwd
+        local = [p for p in self.kernel_sys_path if os.path.isdir(p)]
+        request.sys_path = local + [p for p in request.sys_path if p not in local]
+        return request
 
     cancelled = False
 
@@ -117,26 +115,26 @@ class _RelayedRun(JobRun):
             self.deadline = time.perf_counter()
 
     def emit_output(self, stream_name: str, text: str) -> None:
-        self.events.put({"kind": "output", "stream": stream_name, "text": text})
+        self.events.put(Output(stream=stream_name, text=text))
 
     def show(self, data: dict[str, Any], metadata: dict[str, Any]) -> None:
-        self.events.put({"kind": "display", "data": data, "metadata": metadata})
+        self.events.put(Display(data=data, metadata=metadata))
 
-    def publish_sample(self, message: dict[str, Any]) -> None:
-        self.events.put({"kind": "sample", **{k: v for k, v in message.items() if k != "kind"}})
+    def publish_sample(self, message: Sample) -> None:
+        self.events.put(Sample(reading=dict(message.reading)))
 
-    def bring_back(self, final: dict[str, Any]) -> str | None:
+    def bring_back(self, final: Done) -> str | None:
         paths = [path for spec in returned_specs(final) for path in spec_paths(spec)]
         self.returned_files = read_files(paths)
         self.final_message = final
         return None
 
 
-_OVER = {"kind": "over"}  # the drive loop ended: nothing more will be queued
+_OVER = object()  # the drive loop ended: nothing more will be queued
 
 
 def _batched(events: queue.Queue) -> Iterator[list[dict[str, Any]]]:
-    """Yield what is queued, consecutive output of one stream joined, until the run is over."""
+    """Yield what is queued (wire dicts), consecutive output of one stream joined, until the run is over."""
     over = False
     while not over:
         batch = [events.get()]
@@ -146,19 +144,18 @@ def _batched(events: queue.Queue) -> Iterator[list[dict[str, Any]]]:
                 batch.append(events.get(timeout=max(0.0, deadline - time.monotonic())))
             except queue.Empty:
                 break
-        joined: list[dict[str, Any]] = []
+        joined: list[Message] = []
         for event in batch:
             if event is _OVER:
                 over = True
                 continue
             last = joined[-1] if joined else None
-            if (last is not None and event["kind"] == "output" and last["kind"] == "output"
-                    and last["stream"] == event["stream"]):
-                last["text"] += event["text"]
+            if isinstance(event, Output) and isinstance(last, Output) and last.stream == event.stream:
+                last.text += event.text
             else:
-                joined.append(dict(event))
+                joined.append(event)
         if joined:
-            yield joined
+            yield [event.to_wire() for event in joined]
 
 
 #: How often an agent looks whether its raylet still lives.
@@ -264,14 +261,8 @@ class NodeAgent:
             # The report travels on its own, below. Our errors carry `result`; any other
             # exception gets the attribute here, which no exception class declares.
             error.result = None  # type: ignore[attr-defined]
-        yield [{
-            "kind": "final",
-            "result": pickle.dumps(run.result, protocol=5),
-            "error": _pickled_error(error),
-            "final": run.final_message,
-            "files": run.returned_files,
-            "agent": self.describe(),
-        }]
+        yield [Final(result=pickle.dumps(run.result, protocol=5), error=_pickled_error(error), done=run.final_message,
+                     files=run.returned_files, agent=self.describe()).to_wire()]
 
     def _prepare(self, request: dict[str, Any], directory: str) -> _RelayedRun:
         """The job's files written here, its paths rebased, its environment made: a run to drive."""
@@ -283,9 +274,7 @@ class NodeAgent:
             moves[kernel_folder] = directory
         fields = dict(request["job"])
         fields["call"], fields["inputs"] = rebase_job(fields.get("call"), fields.get("inputs") or {}, moves)
-        job = _NodeJob(directory=directory, **fields)
-        job.kernel_cwd = request.get("cwd")
-        job.kernel_sys_path = tuple(request.get("sys_path") or ())
+        job = Job(directory=directory, **fields)
         overrides = dict(request["overrides"])
         if request.get("gpu_ids") is not None:
             # The GPUs Ray gave the relay task are the job's: the child sees those and no other.
@@ -295,7 +284,8 @@ class NodeAgent:
             overrides["OMP_NUM_THREADS"] = str(max(1, int(request.get("num_cpus") or 1)))
         spec = WorkerSpec(tuple(request["preload"]), _node_environment(overrides))
         return _RelayedRun(job, spec, IsolatedResult(request["label"]), timeout=request["timeout"],
-                           forward_output=True, events=queue.Queue())
+                           forward_output=True, events=queue.Queue(), kernel_cwd=request.get("cwd"),
+                           kernel_sys_path=tuple(request.get("sys_path") or ()))
 
     def cancel(self, job_id: str) -> bool:
         """End the job now (timeout or Ctrl-C in the kernel): its process group is killed."""
@@ -332,11 +322,11 @@ def relay_job(session: str, job_id: str, request: dict[str, Any]) -> Iterator[li
 
     context = ray.get_runtime_context()
     node_id = context.get_node_id()
-    yield [{"kind": "placed", "node_id": node_id, "gpu_ids": [str(g) for g in ray.get_gpu_ids()]}]
+    yield [Placed(node_id=node_id, gpu_ids=[str(g) for g in ray.get_gpu_ids()]).to_wire()]
     try:
         agent = ray.get_actor(agent_name(session, node_id), namespace=NAMESPACE)
     except ValueError:
-        yield [{"kind": "no_agent", "node_id": node_id}]
+        yield [NoAgent(node_id=node_id).to_wire()]
         return
     request = dict(request)
     # As for any Ray task: the job sees the GPUs Ray gave it, and none when it asked for none
@@ -357,7 +347,7 @@ def relay_job(session: str, job_id: str, request: dict[str, Any]) -> Iterator[li
             # killer did): Ray keeps its name for a while, so the kernel must start a new one
             # and send the job again (issue 23, fault 1). An agent that dies during a job
             # takes that job with it: a crash, told as one.
-            yield [{"kind": "no_agent", "node_id": node_id, "dead_agent": True}]
+            yield [NoAgent(node_id=node_id, dead_agent=True).to_wire()]
             return
         raise
     except BaseException:

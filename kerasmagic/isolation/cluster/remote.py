@@ -28,13 +28,14 @@ from ... import events
 from ...probes.process import rss_bytes
 from ..errors import IsolatedCrash, IsolatedInterrupt, IsolatedTimeout, IsolationUsageError
 from ..gpu_figures import kernel_gpu_figures
+from ..messages import EVENT_CHANNEL, Display, Final, MessageError, NoAgent, Output, Placed, Sample
 from ..pool import WorkerSpec, _keras_backend
 from ..result import IsolatedResult
 from ..runner import JobRun, _bring_back, _interrupts_deferred, _last_lines, _show, _Stream, _warn
 from ..shipping import make_job_directory
 from .agent import NAMESPACE, NodeAgent, agent_name, relay_job
 from .target import OnRay, connect, import_ray
-from .transfer import job_specs, read_files, rebase_final, spec_paths, write_files
+from .transfer import job_specs, read_files, rebase_final, returned_specs, spec_paths, write_files
 
 logger = logging.getLogger(__name__)
 
@@ -246,7 +247,7 @@ class RayJobRun:
         self.deadline: float | None = None
         self.tail = ""
         self.streams: dict[str, _Stream] = {}
-        self.final: dict[str, Any] | None = None
+        self.final: Final | None = None
         self.folders: list[tuple[str, Any]] = []
         self.needs_agent_on: str | None = None
         self.resubmitted = False
@@ -291,36 +292,40 @@ class RayJobRun:
     # --- events -------------------------------------------------------------------------------
 
     def handle(self, batch: list[dict[str, Any]], session: ClusterSession) -> None:
-        for event in batch:
-            kind = event["kind"]
-            if kind == "placed":
-                self.node_id = event["node_id"]
+        for wire in batch:
+            try:
+                event = EVENT_CHANNEL.decode(wire)
+            except MessageError as exc:
+                logger.warning("kerasmagic: job %s: %s", self.job_id, exc)
+                continue
+            if isinstance(event, Placed):
+                self.node_id = event.node_id
                 self.result.node = dict(session.nodes.get(self.node_id, {"node_id": self.node_id}))
-                self.result.node["gpu_ids"] = event.get("gpu_ids") or []
+                self.result.node["gpu_ids"] = event.gpu_ids or []
                 self.phase = "starting"
                 if self.timeout is not None:  # the agent now enforces it and reports: give it time to
                     self.deadline = self.started + self.timeout + _REPORT_GRACE_S
                 events.publish("isolated_started", {"job_id": self.result.job_id, "label": self.result.label,
                                                     "on": "ray", "node": self.result.node, "ts": time.time()})
-            elif kind == "no_agent":
+            elif isinstance(event, NoAgent):
                 # The node joined after this call started its agents, or its agent died: start
                 # one there and send the job again to the node Ray chose (once).
                 if self.resubmitted:
                     self._fail(IsolatedCrash(
-                        f"node {event['node_id'][:8]} has no kerasmagic agent even after one was started for it "
+                        f"node {event.node_id[:8]} has no kerasmagic agent even after one was started for it "
                         "(it may be dying, or the agent fails to start there: is kerasmagic installed on it?)",
                         self.result), "crash")
                 else:
-                    self.needs_agent_on = event["node_id"]
-            elif kind == "output":
+                    self.needs_agent_on = event.node_id
+            elif isinstance(event, Output):
                 self.phase = "running"
-                self._write(event["stream"], event["text"], session)
-            elif kind == "display":
-                _show(event["data"], event.get("metadata") or {}, self.forward_output)
-            elif kind == "sample":
-                events.publish("isolated_sample", {**{k: v for k, v in event.items() if k != "kind"},
-                                                   "job_id": self.result.job_id, "node": self.result.node})
-            elif kind == "final":
+                self._write(event.stream, event.text, session)
+            elif isinstance(event, Display):
+                _show(event.data, event.metadata or {}, self.forward_output)
+            elif isinstance(event, Sample):
+                events.publish("isolated_sample", {**event.reading, "job_id": self.result.job_id,
+                                                   "node": self.result.node})
+            elif isinstance(event, Final):
                 self.final = event
 
     def _write(self, stream_name: str, text: str, session: ClusterSession) -> None:
@@ -367,23 +372,23 @@ class RayJobRun:
                 f"the job's relay on node {self._where()} ended without a result; its last output:\n"
                 f"{_last_lines(self.tail) or '(none)'}", self.result, last_output=_last_lines(self.tail)), "crash")
             return
-        self._merge(pickle.loads(final["result"]))
-        self.result.agent = final.get("agent")
-        if final.get("error") is not None:
-            error = pickle.loads(final["error"])
+        self._merge(pickle.loads(final.result))
+        self.result.agent = final.agent
+        if final.error is not None:
+            error = pickle.loads(final.error)
             error.result = self.result
             if isinstance(error, IsolatedCrash) or isinstance(error, IsolatedTimeout):
                 error.args = (f"{error.args[0]} (on node {self._where()})",) + tuple(error.args[1:])
             self._fail(error, self.result.status)
             return
         self.phase = "over"
-        message = final.get("final")
+        message = final.done
         if message is None:
             return
         directory = make_job_directory()
         try:
-            write_files(final.get("files") or {}, directory)
-            folders = {os.path.dirname(path) for spec in _returned(message) for path in spec_paths(spec)}
+            write_files(final.files or {}, directory)
+            folders = {os.path.dirname(path) for spec in returned_specs(message) for path in spec_paths(spec)}
             self.warning = _bring_back(rebase_final(message, {folder: directory for folder in folders}), self.result)
         finally:
             shutil.rmtree(directory, ignore_errors=True)
@@ -472,9 +477,6 @@ def _asked(target: OnRay | None) -> str:
     return ", ".join(asked)
 
 
-def _returned(message: dict[str, Any]) -> list[dict[str, Any]]:
-    specs = [message["value"]] if message.get("value") is not None else []
-    return specs + list((message.get("outputs") or {}).values())
 
 
 def _output(text: str) -> str:
