@@ -16,10 +16,10 @@ from .cell_names import analyse
 from .errors import IsolationUsageError
 from .gpu_figures import kernel_gpu_figures
 from .job_memory import check_memory_limit
-from .pool import check_preload, worker_spec
 from .result import IsolatedResult
 from .runner import Job, run_job
 from .shipping import ShippingError, describe, encode, make_job_directory
+from .spec import check_preload, worker_spec
 
 __all__ = ['run_isolated']
 

@@ -19,9 +19,9 @@ from .api import check_code, check_gpu, check_options, check_target, prepare_job
 from .cell_names import CellNames, analyse, uses_get_ipython
 from .errors import IsolationUsageError
 from .job_memory import check_memory_limit
-from .pool import check_preload, worker_spec
 from .result import IsolatedResult
 from .runner import Job, run_job
+from .spec import check_preload, worker_spec
 
 __all__ = ['run_cell_isolated']
 

@@ -37,9 +37,9 @@ from ..records import wire_dict
 from .job import SAMPLE_INTERVAL_S, Job, working_directory
 
 __all__ = [
-    "CONTROL_CHANNEL", "EVENT_CHANNEL", "JOB_CHANNEL", "Accepted", "Channel", "Display", "Done", "Exited", "Final",
-    "Fork", "Forked", "ImportFailed", "JobEnded", "Message", "MessageError", "NoAgent", "Output", "Placed", "Raised",
-    "Ready", "Reap", "Refused", "Retire", "RunJob", "Sample", "UnknownMessage", "dumps",
+    "CHANNEL_LOST_EXIT", "CONTROL_CHANNEL", "EVENT_CHANNEL", "JOB_CHANNEL", "Accepted", "Channel", "Display", "Done",
+    "Exited", "Final", "Fork", "Forked", "ImportFailed", "JobEnded", "Message", "MessageError", "NoAgent", "Output",
+    "Placed", "Raised", "Ready", "Reap", "Refused", "Retire", "RunJob", "Sample", "UnknownMessage", "dumps",
 ]
 
 
@@ -257,6 +257,9 @@ class Raised(JobEnded):
 
 
 JOB_CHANNEL = Channel("job channel", Ready, ImportFailed, RunJob, Sample, Display, Done, Raised)
+#: Exit status of a job's process that could not send its last message: the job closed the
+#: channel's descriptor (``os.closerange``), so nothing it made can go back.
+CHANNEL_LOST_EXIT = 74
 
 
 # --- the template's control socket ----------------------------------------------------------

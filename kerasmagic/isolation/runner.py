@@ -44,6 +44,7 @@ from .gpu_figures import gpu_devices_of, kernel_gpu_figures
 from .job import Job
 from .job_memory import WATCH_INTERVAL_S, JobMemoryLimit
 from .messages import (
+    CHANNEL_LOST_EXIT,
     JOB_CHANNEL,
     Display,
     Done,
@@ -56,10 +57,12 @@ from .messages import (
     Sample,
     dumps,
 )
-from .pool import JobProcess, Launch, TemplateFailed, WorkerPool, WorkerSpec, _keras_backend, default_pool
+from .pool import Launch, WorkerPool, default_pool
+from .processes import JobProcess
 from .result import IsolatedResult
 from .shipping import FrameworkNotImported, decode, describe
-from .template import CHANNEL_LOST_EXIT
+from .spec import WorkerSpec, env_overrides
+from .template import TemplateFailed
 
 logger = logging.getLogger(__name__)
 
@@ -385,7 +388,7 @@ class JobRun:
 
     def _import_failed(self, error: str | None, log: str) -> None:
         modules = ", ".join(self.spec.preload) or "Python"
-        overrides = _env_overrides(self.spec) if error else []
+        overrides = sorted(env_overrides(self.spec)) if error else []
         cause = f"{error}" if error else f"it printed:\n{log}"
         where = f" (its environment differs from the kernel's in {', '.join(overrides)})" if overrides else ""
         self.result.last_output = log if not error else ""
@@ -568,14 +571,6 @@ def _error_line(final: Raised) -> str:
     message = final.exc_message
     first = (message[:301].splitlines() or [""])[0][:300]
     return f"{final.exc_type}: {first}{'…' if len(message) > len(first) else ''}"
-
-
-def _env_overrides(spec: WorkerSpec) -> list[str]:
-    """The variables in which a job's environment differs from the kernel's (its --env, --gpu)."""
-    keras = sys.modules.get("keras")
-    kernel_backend = _keras_backend(keras) if keras is not None else None
-    return sorted(key for key, value in spec.env if os.environ.get(key) != value
-                  and not (key == "KERAS_BACKEND" and value == kernel_backend))
 
 
 def _wait_for_exit(worker: JobProcess, within: float) -> int | None:

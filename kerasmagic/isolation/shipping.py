@@ -29,6 +29,7 @@ import tempfile
 import types
 from typing import Any
 
+from .leftovers import owned_prefix
 from .result import IsolatedHistory, ShippedName
 
 #: Buffers at least this large go to files; smaller ones stay inside the pickle.
@@ -96,8 +97,8 @@ def make_job_directory() -> str:
                 parent = "/dev/shm"
         except OSError:
             parent = None
-    # Named after this kernel: a later pool removes the folders of kernels that are gone.
-    return tempfile.mkdtemp(prefix=f"kerasmagic-isolated-{os.getpid()}-", dir=parent)
+    # Named after this kernel: a later template removes the folders of kernels that are gone.
+    return tempfile.mkdtemp(prefix=owned_prefix("isolated"), dir=parent)
 
 
 def _keras_model_module(value: Any) -> str | None:

@@ -81,12 +81,12 @@ def test_a_job_dying_after_ready_does_not_break_the_next_job(dying_pool):
 
 
 def test_a_failure_inside_the_launch_is_an_error_not_a_hang(monkeypatch):
-    from kerasmagic.isolation import pool as pool_module
+    from kerasmagic.isolation.template import TemplateHandle
 
     def no_descriptors(self, spec, directory):
         raise OSError(24, "Too many open files")
 
-    monkeypatch.setattr(pool_module.Template, "fork", no_descriptors)
+    monkeypatch.setattr(TemplateHandle, "fork", no_descriptors)
     started = time.perf_counter()
     with pytest.raises(IsolatedCrash, match="Too many open files"):
         run_isolated("x = 1", quiet=True, timeout=60)

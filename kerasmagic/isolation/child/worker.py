@@ -8,9 +8,10 @@ A job runs in one of two kinds of process, which then behave the same:
   --preload tensorflow,keras --learned jax --warmup-log PATH`` (never forked from the kernel: a fork
   after TensorFlow's runtime started hangs).
 
-Either dies with the kernel: ``prctl(PR_SET_PDEATHSIG, SIGKILL)`` (Linux), EOF on the watch
-pipe whose write end only the kernel holds, and a change of ``os.getppid()``. On the way out
-it removes the job's folder and ends its whole process group (what the job started too).
+Either dies with the kernel (:mod:`kerasmagic.isolation.lifeline`): ``PR_SET_PDEATHSIG``
+(Linux), EOF on the lifeline pipe whose write end only its parent holds, and a change of
+``os.getppid()``. On the way out it removes the job's folder and ends its whole process group
+(what the job started too). It imports nothing from the template's module.
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ import builtins
 import linecache
 import os
 import random
-import select
 import shutil
 import signal
 import sys
@@ -39,16 +39,10 @@ from ...probes.sample import gpu_framework_imported, memory_sample
 from ..errors import LONG_MESSAGE_CHARS, shorten_message
 from ..gpu_figures import allocator_peaks
 from ..job import Job
-from ..messages import JOB_CHANNEL, Done, ImportFailed, Message, Raised, Ready, RunJob, Sample, dumps
+from ..lifeline import PARENT_GONE_EXIT, watch_parent
+from ..messages import CHANNEL_LOST_EXIT, JOB_CHANNEL, Done, ImportFailed, Message, Raised, Ready, RunJob, Sample, dumps
 from ..shipping import ShippingError, decode, encode
-from ..template import (
-    CHANNEL_LOST_EXIT,
-    PARENT_GONE_EXIT,
-    imported_since,
-    modules_present,
-    preload,
-    set_parent_death_signal,
-)
+from ..spec import imported_since, modules_present, preload
 from . import child_display
 
 CELL_FILENAME = "<isolated cell>"
@@ -75,26 +69,7 @@ def _kernel_gone() -> None:
 
 
 def _die_with_parent(parent_pid: int, watch_fd: int) -> None:
-    signal.signal(signal.SIGTERM, lambda *_: _kernel_gone())  # the parent-death signal, and a plain kill
-    set_parent_death_signal(signal.SIGTERM)
-    if os.getppid() != parent_pid:  # the parent died before prctl took effect
-        _kernel_gone()
-
-    def watch() -> None:
-        watched = [watch_fd]
-        while True:
-            try:
-                readable, _, _ = select.select(watched, [], [], 1.0)
-                if readable and not os.read(watch_fd, 1):
-                    _kernel_gone()  # EOF: the only write end died with the kernel
-            except (OSError, ValueError):
-                # The job closed our descriptor (os.closerange): the parent's pid and the death
-                # signal still tell, once a second; no traceback of ours in the job's output.
-                watched = []
-            if os.getppid() != parent_pid:
-                _kernel_gone()
-
-    threading.Thread(target=watch, name="kerasmagic-isolation-watch-parent", daemon=True).start()
+    watch_parent(parent_pid, watch_fd, _kernel_gone)
 
 
 def safe_str(value: BaseException) -> str:

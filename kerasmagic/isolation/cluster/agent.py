@@ -29,11 +29,13 @@ from collections.abc import Iterator
 from typing import Any
 
 from ..job import Job
+from ..leftovers import release_owner_locks
 from ..messages import Accepted, Display, Done, Final, Message, NoAgent, Output, Placed, RunJob, Sample
-from ..pool import WorkerPool, WorkerSpec, release_owner_locks
+from ..pool import WorkerPool
 from ..result import IsolatedResult
 from ..runner import JobRun, drive
 from ..shipping import make_job_directory
+from ..spec import VOLATILE_ENV, WorkerSpec
 from .transfer import read_files, rebase_job, returned_specs, spec_paths, write_files
 
 logger = logging.getLogger(__name__)
@@ -71,7 +73,7 @@ def _node_environment(overrides: dict[str, str]) -> tuple[tuple[str, str], ...]:
     # the user did: a job given 4 CPUs must not inherit the agent's 1.
     environment.pop("OMP_NUM_THREADS", None)
     environment.update(overrides)
-    for key in ("PYTEST_CURRENT_TEST", "_", "OLDPWD", "PWD", "COLUMNS", "LINES"):
+    for key in VOLATILE_ENV:
         environment.pop(key, None)
     return tuple(sorted(environment.items()))
 

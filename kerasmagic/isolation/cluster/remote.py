@@ -28,11 +28,12 @@ from ... import events
 from ...probes.process import rss_bytes
 from ..errors import IsolatedCrash, IsolatedInterrupt, IsolatedTimeout, IsolationUsageError
 from ..gpu_figures import kernel_gpu_figures
+from ..job import working_directory
 from ..messages import EVENT_CHANNEL, Display, Final, MessageError, NoAgent, Output, Placed, Sample
-from ..pool import WorkerSpec, _keras_backend
 from ..result import IsolatedResult
 from ..runner import JobRun, _bring_back, _interrupts_deferred, _last_lines, _show, _Stream, _warn
 from ..shipping import make_job_directory
+from ..spec import WorkerSpec, env_overrides, keras_backend
 from .agent import NAMESPACE, NodeAgent, agent_name, relay_job
 from .target import OnRay, connect, import_ray
 from .transfer import job_specs, read_files, rebase_final, returned_specs, spec_paths, write_files
@@ -214,9 +215,9 @@ def _overrides(spec: WorkerSpec) -> dict[str, str]:
 
     The node keeps its own PATH, HOME and the rest: the kernel's would point at this machine.
     """
-    changed = {k: v for k, v in spec.env if os.environ.get(k) != v}
+    changed = env_overrides(spec)
     keras = sys.modules.get("keras")
-    backend = _keras_backend(keras) if keras is not None else None
+    backend = keras_backend(keras) if keras is not None else None
     if backend:
         changed["KERAS_BACKEND"] = backend
     changed.pop("CUDA_VISIBLE_DEVICES", None)  # Ray assigns GPUs on the cluster
@@ -262,7 +263,7 @@ class RayJobRun:
                       if f.name not in ("directory", "owns_directory")}
         return {
             "label": self.result.label, "job": job_fields, "folders": folders, "preload": list(self.spec.preload),
-            "overrides": _overrides(self.spec), "cwd": _cwd(), "sys_path": [p for p in sys.path if p],
+            "overrides": _overrides(self.spec), "cwd": working_directory(), "sys_path": [p for p in sys.path if p],
             "timeout": self.timeout,
         }
 
@@ -481,13 +482,6 @@ def _asked(target: OnRay | None) -> str:
 
 def _output(text: str) -> str:
     return f"; its last output:\n{text}" if text else ""
-
-
-def _cwd() -> str | None:
-    try:
-        return os.getcwd()
-    except OSError:
-        return None
 
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
