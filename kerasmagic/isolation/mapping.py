@@ -21,13 +21,14 @@ from ..probes.availability import Unavailable, to_jsonable
 from ..probes.process import rss_bytes
 from ..tables import Report, Section, format_bytes
 from .api import check_gpu, check_options, check_target, encode_named
+from .dispatch import JobRun, backend_for, run_jobs
 from .errors import IsolatedInterrupt, IsolationUsageError
 from .gpu_figures import kernel_gpu_figures
+from .job import Job
 from .job_memory import check_memory_limit
-from .pool import check_preload, default_pool, worker_spec
 from .result import IsolatedResult, add_kernel_gpu_rows
-from .runner import Job, JobRun, drive
 from .shipping import make_job_directory
+from .spec import check_preload, worker_spec
 
 __all__ = ["IsolatedMapResult", "isolated_map"]
 
@@ -295,14 +296,13 @@ def isolated_map(fn: Callable[[Any], Any], items: Iterable[Any], *, workers: int
     items = list(items)
     gpus = _gpu_plan(gpu, len(items))
     notes = []
-    if target is not None:
-        pool = None
+    backend = backend_for(target)
+    if backend.capacity is None:
         at_once = min(workers, max(len(items), 1))  # the cluster's resources decide what really runs at once
     else:
-        pool = default_pool()
-        at_once = min(workers, pool.size, max(len(items), 1))
-        if workers > pool.size:
-            notes.append(f"workers={workers} capped at {pool.size}, the pool's size: "
+        at_once = min(workers, backend.capacity, max(len(items), 1))
+        if workers > backend.capacity:
+            notes.append(f"workers={workers} capped at {backend.capacity}, the pool's size: "
                          f"configure_pool(size={workers}) allows more at once")
     kernel_before = rss_bytes()
     kernel_gpu_before = kernel_gpu_figures()
@@ -348,13 +348,7 @@ def isolated_map(fn: Callable[[Any], Any], items: Iterable[Any], *, workers: int
 
     index_of = {id(run.result): i for i, run in enumerate(runs)}
     try:
-        if target is not None:
-            from .cluster.remote import drive_on_ray  # noqa: PLC0415 - the Ray driver loads for on="ray" only
-
-            runs = drive_on_ray(runs, target, at_once=at_once, stop_on_error=on_error == "raise",  # type: ignore[assignment]
-                                on_change=progress_of)
-        else:
-            drive(runs, pool=pool, at_once=at_once, stop_on_error=on_error == "raise", on_change=progress_of)
+        run_jobs(runs, backend, at_once=at_once, stop_on_error=on_error == "raise", on_change=progress_of)
     # The partial summary travels on the exception (documented above): any exception, so an
     # attribute set at run time that no exception class declares.
     except IsolatedInterrupt as exc:

@@ -80,11 +80,11 @@ class Message:
         known = {item.name for item in fields(cls)}
         extra = sorted(set(wire) - known - {"kind"})
         if extra:
-            raise MessageError(f"a {cls.kind!r} message has no field {', '.join(map(repr, extra))}")
+            raise MessageError(f"the {cls.kind!r} message has no field {', '.join(map(repr, extra))}")
         try:
             return cls(**{key: value for key, value in wire.items() if key != "kind"})
         except TypeError as exc:  # a required field missing
-            raise MessageError(f"a {cls.kind!r} message is incomplete: {exc}") from None
+            raise MessageError(f"the {cls.kind!r} message is incomplete: {exc}") from None
 
 
 def dumps(message: Message) -> bytes:

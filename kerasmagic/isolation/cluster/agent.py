@@ -4,7 +4,9 @@ The agent is a Ray actor pinned to its node. It owns an ordinary
 :class:`~kerasmagic.isolation.pool.WorkerPool`, so the node gets exactly what the kernel
 gets locally: a template that imports the kernel's frameworks once and never starts them,
 and a fork of it per job, which runs the job with the same worker code and protocol and
-exits, giving back all of its memory (GPU memory too). The agent is to its templates what
+exits, giving back all of its memory (GPU memory too). It drives each job with the kernel's
+own loop and local backend (:mod:`kerasmagic.isolation.local`), into a :class:`QueueSink`
+whose events it streams back. The agent is to its templates what
 the kernel is locally: if the agent dies (its node is removed, the kernel disconnects),
 its templates and their children die with it.
 
@@ -25,11 +27,12 @@ import shutil
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from ..job import Job
 from ..leftovers import release_owner_locks
+from ..local import LocalBackend
 from ..messages import Accepted, Display, Done, Final, Message, NoAgent, Output, Placed, RunJob, Sample
 from ..pool import WorkerPool
 from ..result import IsolatedResult
@@ -78,58 +81,52 @@ def _node_environment(overrides: dict[str, str]) -> tuple[tuple[str, str], ...]:
     return tuple(sorted(environment.items()))
 
 
-class _RelayedRun(JobRun):
-    """A :class:`JobRun` whose output, displays and samples go into a queue, not a cell, and
-    whose values are sent back as files instead of being rebuilt here (that would import
-    the frameworks into the agent)."""
+class QueueSink:
+    """A job's sink on a node (:class:`~kerasmagic.isolation.sink.JobSink`): its output, displays and
+    samples go into a queue that the agent streams to the kernel, and its values are read back as
+    files instead of being rebuilt here (that would import the frameworks into the agent)."""
 
-    def __init__(self, *args: Any, events: queue.Queue, kernel_cwd: str | None = None,
-                 kernel_sys_path: tuple[str, ...] = (), **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.events = events
-        self.kernel_cwd = kernel_cwd
-        self.kernel_sys_path = kernel_sys_path
+    def __init__(self) -> None:
+        self.events: queue.Queue = queue.Queue()
         self.returned_files: dict[str, bytes] = {}
-        self.final_message: Done | None = None
+        self.done: Done | None = None
 
-    def request(self) -> RunJob:
-        """The job with the kernel's working directory where it exists here (a shared filesystem,
-        the same image), the agent's otherwise; the kernel's ``sys.path`` entries that exist here first."""
-        request = super().request()
-        if self.kernel_cwd and os.path.isdir(self.kernel_cwd):
-            request.cwd = self.kernel_cwd
-        local = [p for p in self.kernel_sys_path if os.path.isdir(p)]
-        request.sys_path = local + [p for p in request.sys_path if p not in local]
-        return request
+    def output(self, stream: str, text: str) -> None:
+        if text:
+            self.events.put(Output(stream=stream, text=text))
 
-    cancelled = False
+    def output_ended(self, stream: str) -> None:
+        pass  # the text went as it came: the kernel's sink cuts it into lines
 
-    def cancel_now(self) -> None:
-        """End the job (from another thread): the drive loop sees a deadline that has passed
-        and kills the job's group itself, whatever phase the job is in."""
-        self.cancelled = True
-        self.timeout = self.timeout if self.timeout is not None else 0.0
-        self.deadline = time.perf_counter()
+    def placed(self, where: str) -> None:
+        pass
 
-    def begin(self, pool: Any) -> None:
-        super().begin(pool)
-        if self.cancelled:  # cancelled between its registration and its start: begin() set a new deadline
-            self.deadline = time.perf_counter()
-
-    def emit_output(self, stream_name: str, text: str) -> None:
-        self.events.put(Output(stream=stream_name, text=text))
-
-    def show(self, data: dict[str, Any], metadata: dict[str, Any]) -> None:
+    def display(self, data: dict[str, Any], metadata: dict[str, Any]) -> None:
         self.events.put(Display(data=data, metadata=metadata))
 
-    def publish_sample(self, message: Sample) -> None:
-        self.events.put(Sample(reading=dict(message.reading)))
+    def sample(self, reading: dict[str, Any]) -> None:
+        self.events.put(Sample(reading=dict(reading)))
 
-    def bring_back(self, final: Done) -> str | None:
-        paths = [path for spec in returned_specs(final) for path in spec_paths(spec)]
+    def values(self, done: Done) -> str | None:
+        paths = [path for spec in returned_specs(done) for path in spec_paths(spec)]
         self.returned_files = read_files(paths)
-        self.final_message = final
+        self.done = done
         return None
+
+
+def _kernel_place(kernel_cwd: str | None, kernel_sys_path: tuple[str, ...]) -> Callable[[Job], RunJob]:
+    """How a node's job is sent to its process: with the kernel's working directory where it exists
+    here (a shared filesystem, the same image), the agent's otherwise; the kernel's ``sys.path``
+    entries that exist here first."""
+    def request(job: Job) -> RunJob:
+        message = RunJob.here(job)
+        if kernel_cwd and os.path.isdir(kernel_cwd):
+            message.cwd = kernel_cwd
+        local = [p for p in kernel_sys_path if os.path.isdir(p)]
+        message.sys_path = local + [p for p in message.sys_path if p not in local]
+        return message
+
+    return request
 
 
 _OVER = object()  # the drive loop ended: nothing more will be queued
@@ -174,7 +171,7 @@ class NodeAgent:
 
     def __init__(self) -> None:
         self.pool = WorkerPool(idle_timeout=AGENT_IDLE_TIMEOUT_S)
-        self._runs: dict[str, _RelayedRun] = {}
+        self._runs: dict[str, JobRun] = {}
         self._cancelled: set[str] = set()
         self._lock = threading.Lock()
         threading.Thread(target=self._end_with_raylet, args=(os.getppid(),), name="kerasmagic-agent-raylet-watch",
@@ -229,7 +226,7 @@ class NodeAgent:
 
         directory = make_job_directory()
         try:
-            run = self._prepare(request, directory)
+            run, sink, backend = self._prepare(request, directory)
         except BaseException:
             shutil.rmtree(directory, ignore_errors=True)  # an input that did not arrive, a version mismatch
             raise
@@ -238,11 +235,11 @@ class NodeAgent:
                 shutil.rmtree(directory, ignore_errors=True)
                 return
             self._runs[job_id] = run
-        events = run.events
+        events = sink.events
 
         def drive_here() -> None:
             try:
-                drive([run], pool=self.pool)
+                drive([run], backend)
             except BaseException as exc:  # reported to the kernel as the job's error
                 logger.exception("kerasmagic: the agent could not run job %s", job_id)
                 run.error = run.error or exc
@@ -263,11 +260,12 @@ class NodeAgent:
             # The report travels on its own, below. Our errors carry `result`; any other
             # exception gets the attribute here, which no exception class declares.
             error.result = None  # type: ignore[attr-defined]
-        yield [Final(result=pickle.dumps(run.result, protocol=5), error=_pickled_error(error), done=run.final_message,
-                     files=run.returned_files, agent=self.describe()).to_wire()]
+        yield [Final(result=pickle.dumps(run.result, protocol=5), error=_pickled_error(error), done=sink.done,
+                     files=sink.returned_files, agent=self.describe()).to_wire()]
 
-    def _prepare(self, request: dict[str, Any], directory: str) -> _RelayedRun:
-        """The job's files written here, its paths rebased, its environment made: a run to drive."""
+    def _prepare(self, request: dict[str, Any], directory: str) -> tuple[JobRun, QueueSink, LocalBackend]:
+        """The job's files written here, its paths rebased, its environment made: a run to drive, on this
+        node's pool."""
         import ray
 
         moves = {}
@@ -285,9 +283,10 @@ class NodeAgent:
             # What Ray gives any task: OpenMP pools sized to the CPUs the job holds, not to the node.
             overrides["OMP_NUM_THREADS"] = str(max(1, int(request.get("num_cpus") or 1)))
         spec = WorkerSpec(tuple(request["preload"]), _node_environment(overrides))
-        return _RelayedRun(job, spec, IsolatedResult(request["label"]), timeout=request["timeout"],
-                           forward_output=True, events=queue.Queue(), kernel_cwd=request.get("cwd"),
-                           kernel_sys_path=tuple(request.get("sys_path") or ()))
+        sink = QueueSink()
+        run = JobRun(job, spec, IsolatedResult(request["label"]), timeout=request["timeout"], sink=sink)
+        place = _kernel_place(request.get("cwd"), tuple(request.get("sys_path") or ()))
+        return run, sink, LocalBackend(self.pool, request=place)
 
     def cancel(self, job_id: str) -> bool:
         """End the job now (timeout or Ctrl-C in the kernel): its process group is killed."""
@@ -296,7 +295,7 @@ class NodeAgent:
             if run is None:
                 self._cancelled.add(job_id)  # it may not have arrived yet
                 return False
-        run.cancel_now()
+        run.expire()
         return True
 
     def shutdown(self) -> None:
