@@ -13,20 +13,25 @@ import os
 import shutil
 import sys
 import time
+import uuid
+import warnings
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+from .. import events
 from ..probes import nvml
 from ..probes.availability import Unavailable, to_jsonable
 from ..probes.process import rss_bytes
 from ..tables import Report, Section, format_bytes
 from .api import check_gpu, check_options, check_target, encode_named
-from .dispatch import JobRun, backend_for, run_jobs
-from .errors import IsolatedInterrupt, IsolationUsageError
+from .checkpoint import Checkpoint, ItemRecord, fingerprint_call, store_value
+from .dispatch import Backend, JobRun, backend_for, run_jobs
+from .errors import IsolatedInterrupt, IsolationUsageError, IsolationWarning
 from .gpu_figures import kernel_gpu_figures
 from .job import Job
 from .job_memory import check_memory_limit
 from .result import IsolatedResult, add_kernel_gpu_rows
+from .retries import RetryPolicy, attempt_record
 from .shipping import make_job_directory
 from .spec import check_preload, worker_spec
 
@@ -52,7 +57,9 @@ class IsolatedMapResult(Report, Sequence):
     def __init__(self, items: list[Any], jobs: list[IsolatedResult], values: list[Any], *, workers: int,
                  at_once: int, wall_s: float, kernel_rss_before_bytes: int, kernel_rss_after_bytes: int,
                  notes: list[str], kernel_gpu_before: dict[str, int | Unavailable] | None = None,
-                 kernel_gpu_after: dict[str, int | Unavailable] | None = None) -> None:
+                 kernel_gpu_after: dict[str, int | Unavailable] | None = None,
+                 attempts: list[list[dict[str, Any]]] | None = None, restored: list[bool] | None = None,
+                 checkpoint: str | None = None) -> None:
         self.items = items
         self.jobs = jobs
         self.values = values
@@ -64,6 +71,12 @@ class IsolatedMapResult(Report, Sequence):
         self.notes = notes
         self.kernel_gpu_before = kernel_gpu_before or {}
         self.kernel_gpu_after = kernel_gpu_after or {}
+        #: Per item, each run it took (status, cause, time, peaks); ``[]`` for an item read from the checkpoint
+        #: whose attempts were not kept.
+        self.attempts = attempts if attempts is not None else [[] for _ in jobs]
+        #: Per item, whether its value was read from the checkpoint instead of run now.
+        self.restored = restored if restored is not None else [False] * len(jobs)
+        self.checkpoint = checkpoint
 
     def __getitem__(self, index):
         return self.values[index]
@@ -89,11 +102,56 @@ class IsolatedMapResult(Report, Sequence):
             "failed": self.failed,
             "notes": list(self.notes),
             "jobs": [job.to_dict() for job in self.jobs],
+            "attempts": self.attempts,
+            "restored": list(self.restored),
+            "checkpoint": self.checkpoint,
         }
+
+    def to_frame(self) -> Any:
+        """The summary table as a pandas DataFrame: one row per item, in input order.
+
+        Columns: ``item``, ``status``, ``attempts``, ``wall_s`` (the last attempt's), ``total_s``
+        (all attempts), ``rss_peak_bytes``, ``gpu_peak_bytes`` (None without a GPU reading),
+        ``cause`` (why the last attempt ended), ``node`` (on a cluster) and ``restored`` (read from
+        the checkpoint, not run now).
+
+        Example:
+            >>> frame = isolated_map(fold, range(5)).to_frame()                 # doctest: +SKIP
+            >>> frame[["status", "attempts", "wall_s", "rss_peak_bytes"]].head(2) # doctest: +SKIP
+              status  attempts  wall_s  rss_peak_bytes
+            0     ok         1    3.12       912261120
+            1     ok         2    3.40       917504000
+        """
+        try:
+            import pandas  # type: ignore[import-untyped]  # heavy and optional: loaded only when asked for
+        except ImportError:
+            raise IsolationUsageError("to_frame() needs pandas: pip install pandas (to_dict() needs nothing)") from None
+        rows = []
+        for index, job in enumerate(self.jobs):
+            tries = self.attempts[index]
+            last = tries[-1] if tries else {}
+            gpu = [v for v in job.child_gpu_peak.values() if isinstance(v, int) and not isinstance(v, bool)]
+            node = job.node or last.get("node") or {}
+            rows.append({
+                "item": _short(self.items[index], 60),
+                "status": job.status,
+                "attempts": len(tries) if tries else (0 if job.status == "cancelled" else 1),
+                "wall_s": job.wall_s,
+                "total_s": sum(t.get("wall_s") or 0.0 for t in tries) if tries else job.wall_s,
+                "rss_peak_bytes": job.child_rss_peak_bytes,
+                "gpu_peak_bytes": max(gpu) if gpu else last.get("gpu_peak_bytes"),
+                "cause": last.get("cause", "ok" if job.status == "ok" else job.error or job.status),
+                "node": node.get("ip") if node else None,
+                "restored": self.restored[index],
+            })
+        return pandas.DataFrame(rows, columns=["item", "status", "attempts", "wall_s", "total_s", "rss_peak_bytes",
+                                               "gpu_peak_bytes", "cause", "node", "restored"])
 
     def _title(self) -> str:
         done = sum(job.status == "ok" for job in self.jobs)
-        return (f"kerasmagic: isolated_map ran {len(self.jobs)} job(s), {done} ok, in {self.wall_s:.2f} s "
+        restored = sum(self.restored)
+        from_file = f", {restored} of them from {self.checkpoint}" if restored else ""
+        return (f"kerasmagic: isolated_map ran {len(self.jobs)} job(s), {done} ok{from_file}, in {self.wall_s:.2f} s "
                 f"({self.at_once} at a time)")
 
     def _sections(self) -> list[Section]:
@@ -106,6 +164,13 @@ class IsolatedMapResult(Report, Sequence):
             status = f"{job.status}: {job.error}" if job.status != "ok" and job.error else job.status
             if job.status == "out_of_memory" and job.error:
                 status = job.error  # "out of memory at X of its Y limit" says it all
+            tries = self.attempts[index] if index < len(self.attempts) else []
+            if tries and job.status in ("crash", "timeout", "out_of_memory"):  # a death, said in words
+                status = f"{job.status}: {tries[-1]['cause']}"
+            if len(tries) > 1:
+                status += "; attempts: " + "; ".join(f"{t['attempt']}. {t['cause']}" for t in tries)
+            if self.restored[index]:
+                how = f"from {self.checkpoint}"
             where = f" on {job.node.get('ip', '?')}/{str(job.node.get('node_id', ''))[:6]}" if job.node else ""
             jobs.add(f"[{index}] {_short(self.items[index])}", f"{job.wall_s:.2f} s",
                      f"{status}; RSS peak {peak}{gpu_text}; {how}{where}")
@@ -165,14 +230,23 @@ def _no_gpu(why: str) -> list[str]:
 
 
 class _Progress:
-    """A bar with each job's state: ipywidgets in a notebook, one rewritten line in a terminal."""
+    """Each item's state, with done / running / failed / left, elapsed and the time left estimated
+    from the items finished so far: ipywidgets in a notebook, one rewritten line in a terminal."""
 
     _MARKS = {"queued": "·", "launching": "…", "starting": "…", "running": "▶", "finishing": "▶",
-              "over": "✓", "cancelled": "–"}
+              "over": "✓", "restored": "✓", "cancelled": "–", "failed": "✗", "retrying": "↻"}
+    _RUNNING = ("launching", "starting", "running", "finishing")
 
-    def __init__(self, total: int, enabled: bool) -> None:
+    def __init__(self, total: int, enabled: bool, at_once: int = 1, restored: list[bool] | None = None,
+                 name: str = "isolated_map") -> None:
         self.total = total
-        self.states = ["queued"] * total
+        self.name = name
+        self.map_id = uuid.uuid4().hex[:12]
+        self.job_ids: dict[int, str] = {}  # item -> its current job's id, for the sidebar's jobs list
+        self.published: tuple[int, ...] | None = None
+        self.at_once = max(at_once, 1)
+        self.states = ["restored" if restored and restored[i] else "queued" for i in range(total)]
+        self.finished_s: list[float] = []  # wall time of each item finished in this run, for the estimate
         self.widget = None
         self.label = None
         self.enabled = enabled and total > 0
@@ -194,31 +268,82 @@ class _Progress:
                 self.widget = None
         self.tty = self.widget is None and sys.stderr.isatty()
 
-    def update(self, index: int, run: JobRun) -> None:
-        state = run.phase
-        if state == "over" and run.result.status != "ok":
-            state = "failed"
+    def counts(self) -> dict[str, int]:
+        """Items done (ok, this run or from the checkpoint), running, failed and left to start."""
+        return {"done": sum(s in ("over", "restored") for s in self.states),
+                "running": sum(s in self._RUNNING for s in self.states),
+                "failed": self.states.count("failed"),
+                "left": sum(s in ("queued", "retrying") for s in self.states)}
+
+    def eta_s(self) -> float | None:
+        """Seconds left, from the items finished in this run; None before the first finished."""
+        c = self.counts()
+        if not self.finished_s or not (c["left"] or c["running"]):
+            return None
+        per_item = sum(self.finished_s) / len(self.finished_s)
+        # The running items are about half done on average; what is left runs at_once at a time.
+        return per_item * (c["left"] + c["running"] / 2) / self.at_once
+
+    def text(self) -> str:
+        """The progress line: ``4/10 done, 2 running, 1 failed, 3 left; 41 s, about 30 s left``."""
+        c = self.counts()
+        elapsed = time.perf_counter() - self.started
+        line = f"{c['done']}/{self.total} done, {c['running']} running, {c['failed']} failed, {c['left']} left; " \
+               f"{elapsed:.1f} s"
+        eta = self.eta_s()
+        if eta is not None:
+            line += f", about {_duration(eta)} left"
+        return line
+
+    def publish(self) -> None:
+        """The counts to the sidebar's jobs list (kerasmagic.live), when they changed."""
+        c = self.counts()
+        key = (c["done"], c["running"], c["failed"], c["left"])
+        if key == self.published:
+            return
+        self.published = key
+        events.publish("isolated_map_progress", {
+            "map_id": self.map_id, "name": self.name, "total": self.total, **c,
+            "elapsed_s": time.perf_counter() - self.started, "eta_s": self.eta_s(),
+            "job_ids": list(self.job_ids.values())})
+
+    def update(self, index: int, run: JobRun, state: str | None = None) -> None:
+        if state is None:
+            state = run.phase
+            if state == "over" and run.result.status != "ok":
+                state = "failed"
+        if state in ("over", "failed") and self.states[index] != state:
+            self.finished_s.append(run.result.wall_s)
         self.states[index] = state
+        self.job_ids[index] = run.result.job_id
+        self.publish()
         if not self.enabled:
             return
-        done = sum(s in ("over", "failed", "cancelled") for s in self.states)
-        failed = self.states.count("failed")
-        running = sum(s in ("launching", "starting", "running", "finishing") for s in self.states)
-        marks = "".join("✗" if s == "failed" else self._MARKS.get(s, "?") for s in self.states)
-        elapsed = time.perf_counter() - self.started
-        text = f"{done}/{self.total} done, {running} running, {failed} failed, {elapsed:.1f} s"
+        c = self.counts()
+        finished = c["done"] + c["failed"] + self.states.count("cancelled")
+        marks = "".join(self._MARKS.get(s, "?") for s in self.states)
+        text = self.text()
         if self.widget is not None and self.label is not None:
-            self.widget.value = done
-            self.widget.bar_style = "danger" if failed else ("success" if done == self.total else "")
-            self.label.value = f"<code>{marks}</code> {text}"
+            self.widget.value = c["done"]
+            self.widget.bar_style = "danger" if c["failed"] else ("success" if c["done"] == self.total else "")
+            self.label.value = f"<code>{marks[:200]}</code> {text}"
         elif self.tty:
             sys.stderr.write(f"\risolated_map {marks[:60]} {text}\033[K")
-            if done == self.total:
+            if finished == self.total:
                 sys.stderr.write("\n")
             sys.stderr.flush()
-        elif state in ("over", "failed"):
-            sys.stderr.write(f"isolated_map: job [{index}] {run.result.status} in {run.result.wall_s:.2f} s; {text}\n")
+        elif state in ("over", "failed", "retrying"):
+            what = "will run again" if state == "retrying" else run.result.status
+            sys.stderr.write(f"isolated_map: job [{index}] {what} after {run.result.wall_s:.2f} s; {text}\n")
             sys.stderr.flush()
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
 
 
 def _notebook_shell():
@@ -243,7 +368,9 @@ def isolated_map(fn: Callable[[Any], Any], items: Iterable[Any], *, workers: int
                  gpu: Any = None, env: dict[str, str] | None = None, seed: int | None = None,
                  on_error: str = "raise", quiet: bool = False, progress: bool = True, on: Any = None,
                  address: str | None = None, preload: list[str] | None = None,
-                 memory_limit: int | str | None = None) -> IsolatedMapResult:
+                 memory_limit: int | str | None = None, checkpoint: str | os.PathLike[str] | None = None,
+                 resume: bool | str = True, retries: int = 0,
+                 retry_on: Iterable[str | type[BaseException]] | str | None = None) -> IsolatedMapResult:
     """Call ``fn(item)`` for every item, each call in a fresh process; values in input order.
 
     Each call is a fork of the warm template (the frameworks are imported once, not per
@@ -274,9 +401,22 @@ def isolated_map(fn: Callable[[Any], Any], items: Iterable[Any], *, workers: int
         memory_limit: the most memory each call may use (``"2GiB"``, bytes); a call that
             reaches it is killed and fails with :class:`IsolatedOutOfMemory` (``"collect"``
             keeps the others going), never the kernel. See :func:`run_isolated`.
+        checkpoint: a file (``"cv.kmrun"``) that keeps each finished item (value, report,
+            last output, attempts) as it ends; running the same call again, in this kernel
+            or a new one, skips what is done ("7 of 10 done, resuming at item 7"). A changed
+            function or item list is refused. A value that cannot be stored is said when it
+            comes back (its item runs again at the next resume).
+        resume: ``True`` (continue what the checkpoint holds) or ``"restart"`` (discard it).
+        retries: how many more times an item runs, each time in a fresh fork, after its
+            process crashed, was killed or ran out of memory (see ``retry_on``).
+        retry_on: which failures are retried: ``"crash"``, ``"out_of_memory"`` (these two
+            by default), ``"timeout"``, ``"error"`` (the code raised) or exception types
+            (``ValueError`` or ``"ValueError"``).
 
     Raises:
         IsolationUsageError: bad options or an item that cannot be sent; nothing ran.
+        CheckpointError: a checkpoint that cannot be written, is not ours, is damaged, was
+            written for another function or item list, or is held by another process.
         KeyboardInterrupt: Ctrl-C; every running call was killed.
 
     Example:
@@ -286,6 +426,8 @@ def isolated_map(fn: Callable[[Any], Any], items: Iterable[Any], *, workers: int
         >>> scores = isolated_map(fold, range(10), workers=2, timeout=600)   # doctest: +SKIP
         >>> sum(scores) / len(scores)                                        # doctest: +SKIP
         0.912
+        >>> scores = isolated_map(fold, range(10), checkpoint="cv.kmrun", retries=1)  # doctest: +SKIP
+        7 of 10 done, resuming at item 7
     """
     __tracebackhide__ = True
     _check_map_options(fn, workers, on_error)
@@ -293,9 +435,13 @@ def isolated_map(fn: Callable[[Any], Any], items: Iterable[Any], *, workers: int
     limit_bytes = check_memory_limit(memory_limit)
     modules = check_preload(preload)
     target = check_target(on, address, gpu)
+    policy = RetryPolicy.of(retries, retry_on)
+    if resume is not True and resume != "restart":
+        raise IsolationUsageError(f"resume takes True (go on from the checkpoint) or 'restart' (discard what it "
+                                  f"holds), got {resume!r}")
     items = list(items)
     gpus = _gpu_plan(gpu, len(items))
-    notes = []
+    notes: list[str] = []
     backend = backend_for(target)
     if backend.capacity is None:
         at_once = min(workers, max(len(items), 1))  # the cluster's resources decide what really runs at once
@@ -304,63 +450,216 @@ def isolated_map(fn: Callable[[Any], Any], items: Iterable[Any], *, workers: int
         if workers > backend.capacity:
             notes.append(f"workers={workers} capped at {backend.capacity}, the pool's size: "
                          f"configure_pool(size={workers}) allows more at once")
+    # The checkpoint is opened (locked, checked, read) before anything is sent: a path that cannot be
+    # written or a file that does not fit fails here, before any item ran.
+    book = None
+    if checkpoint is not None:
+        book = Checkpoint.open(os.fspath(checkpoint), fingerprint_call(fn, items), resume=resume)
+    try:
+        return _map_items(fn, items, book, policy, workers=workers, at_once=at_once, backend=backend,
+                          gpus=gpus, env=env, seed=seed, on_error=on_error, quiet=quiet, progress=progress,
+                          modules=modules, limit_bytes=limit_bytes, timeout=timeout, notes=notes)
+    finally:
+        if book is not None:
+            book.close()
+
+
+def _map_items(fn: Callable[[Any], Any], items: list[Any], book: Checkpoint | None, policy: RetryPolicy, *,
+               workers: int, at_once: int, backend: Backend, gpus: list[str | None], env: Any, seed: Any,
+               on_error: str, quiet: bool, progress: bool, modules: Any, limit_bytes: int | None,
+               timeout: float | None, notes: list[str]) -> IsolatedMapResult:
+    """The per-item flow of :func:`isolated_map`: skip what the checkpoint holds, run the rest in
+    passes (a pass runs the items left; the next, those worth another attempt), record each end."""
+    __tracebackhide__ = True
+    count = len(items)
     kernel_before = rss_bytes()
     kernel_gpu_before = kernel_gpu_figures()
     started = time.perf_counter()
+    results: list[IsolatedResult] = [IsolatedResult(f"isolated_map item [{i}]", status="cancelled")
+                                     for i in range(count)]
+    values: list[Any] = [None] * count
+    errors: list[BaseException | None] = [None] * count
+    attempts: list[list[dict[str, Any]]] = [[] for _ in range(count)]
+    restored = [False] * count
+    if book is not None:
+        notes.extend(book.notes)
+        for index, record in book.done.items():
+            if index < count:
+                results[index], values[index], restored[index] = _restored_result(index, record), record.value, True
+                attempts[index] = list(record.attempts)
+        _say_where_it_resumes(book, restored, quiet, notes)
+    pending = [i for i in range(count) if not restored[i]]
     shared = make_job_directory()
-    runs: list[JobRun] = []
+    bar = _Progress(count, progress, at_once, restored, name=getattr(fn, "__name__", "isolated_map"))
+    handled: set[int] = set()
+
+    def summary() -> IsolatedMapResult:
+        shown = [errors[i] if errors[i] is not None else values[i] for i in range(count)]
+        return IsolatedMapResult(items, results, shown, workers=workers, at_once=at_once,
+                                 wall_s=time.perf_counter() - started, kernel_rss_before_bytes=kernel_before,
+                                 kernel_rss_after_bytes=rss_bytes(), notes=notes,
+                                 kernel_gpu_before=kernel_gpu_before, kernel_gpu_after=kernel_gpu_figures(),
+                                 attempts=attempts, restored=restored,
+                                 checkpoint=book.path if book is not None else None)
+
     try:
         function_result = IsolatedResult("isolated_map")
         function_spec = encode_named(getattr(fn, "__name__", "function"), fn, shared, function_result,
-                                     "define it at module level or in the notebook")
-        for index, item in enumerate(items):
-            result = IsolatedResult(f"isolated_map item [{index}]")
-            result.kernel_rss_before_bytes = kernel_before
-            result.kernel_gpu_before = dict(kernel_gpu_before)
-            result.sent = list(function_result.sent) if index == 0 else []
-            directory = make_job_directory()
+                                     "define it at module level or in the notebook") if pending else None
+        first = True
+        while pending:
+            runs = []
             try:
-                call = {"function": function_spec, "kwargs": {},
-                        "args": [encode_named(f"item [{index}]", item, directory, result, _HINT)]}
+                for index in pending:
+                    result = IsolatedResult(_label(index, len(attempts[index]) + 1, policy.retries))
+                    result.kernel_rss_before_bytes = kernel_before
+                    result.kernel_gpu_before = dict(kernel_gpu_before)
+                    result.sent = list(function_result.sent) if first else []
+                    first = False
+                    results[index] = result
+                    directory = make_job_directory()
+                    try:
+                        call = {"function": function_spec, "kwargs": {},
+                                "args": [encode_named(f"item [{index}]", items[index], directory, result, _HINT)]}
+                    except BaseException:
+                        shutil.rmtree(directory, ignore_errors=True)
+                        raise
+                    job = Job("function", directory, call=call, seed=seed, memory_limit_bytes=limit_bytes)
+                    prefix = f"[{index}] " if at_once > 1 else ""
+                    runs.append(JobRun(job, worker_spec(gpu=gpus[index], env=env, preload=modules), result,
+                                       timeout=timeout, forward_output=not quiet, prefix=prefix))
             except BaseException:
-                shutil.rmtree(directory, ignore_errors=True)
+                for run in runs:
+                    shutil.rmtree(run.job.directory, ignore_errors=True)
                 raise
-            job = Job("function", directory, call=call, seed=seed, memory_limit_bytes=limit_bytes)
-            prefix = f"[{index}] " if at_once > 1 else ""
-            runs.append(JobRun(job, worker_spec(gpu=gpus[index], env=env, preload=modules), result, timeout=timeout,
-                               forward_output=not quiet, prefix=prefix))
-    except BaseException:
-        for run in runs:
-            shutil.rmtree(run.job.directory, ignore_errors=True)
-        shutil.rmtree(shared, ignore_errors=True)
-        raise
-    bar = _Progress(len(runs), progress)
+            index_of = {id(run.result): pending[i] for i, run in enumerate(runs)}
+            again: list[int] = []
 
-    def summary() -> IsolatedMapResult:
-        values = [run.result.value if run.error is None else run.error for run in runs]
-        return IsolatedMapResult(items, [run.result for run in runs], values, workers=workers, at_once=at_once,
-                                 wall_s=time.perf_counter() - started, kernel_rss_before_bytes=kernel_before,
-                                 kernel_rss_after_bytes=rss_bytes(), notes=notes,
-                                 kernel_gpu_before=kernel_gpu_before, kernel_gpu_after=kernel_gpu_figures())
+            def on_change(run: Any, index_of: dict[int, int] = index_of, again: list[int] = again) -> None:
+                index = index_of[id(run.result)]
+                if run.phase != "over" or id(run.result) in handled:
+                    bar.update(index, run)
+                    return
+                handled.add(id(run.result))
+                if _item_over(index, run, book, policy, attempts, values, errors, timeout):
+                    again.append(index)
+                    bar.update(index, run, "retrying")
+                else:
+                    bar.update(index, run)
 
-    def progress_of(run: Any) -> None:
-        bar.update(index_of[id(run.result)], run)
-
-    index_of = {id(run.result): i for i, run in enumerate(runs)}
-    try:
-        run_jobs(runs, backend, at_once=at_once, stop_on_error=on_error == "raise", on_change=progress_of)
-    # The partial summary travels on the exception (documented above): any exception, so an
-    # attribute set at run time that no exception class declares.
-    except IsolatedInterrupt as exc:
-        exc.map_result = summary()  # type: ignore[attr-defined]
-        raise
+            try:
+                run_jobs(runs, backend, at_once=at_once, stop_on_error=on_error == "raise", on_change=on_change)
+            # The partial summary travels on the exception (documented above): any exception, so an
+            # attribute set at run time that no exception class declares.
+            except IsolatedInterrupt as exc:
+                exc.map_result = summary()  # type: ignore[attr-defined]
+                raise
+            if on_error == "raise" and any(error is not None for error in errors):
+                break
+            pending = sorted(again)
     finally:
         shutil.rmtree(shared, ignore_errors=True)
     mapped = summary()
     if on_error == "raise":
-        errors = [run.error for run in runs if run.error is not None]
-        if errors:
-            errors[0].map_result = mapped  # type: ignore[attr-defined]
-            raise errors[0] from None
+        failed = [error for error in errors if error is not None]
+        if failed:
+            failed[0].map_result = mapped  # type: ignore[attr-defined]
+            raise failed[0] from None
     return mapped
+
+
+def _label(index: int, attempt: int, retries: int) -> str:
+    """The job's name in the sidebar's jobs list: which item, and which attempt when there may be more."""
+    return f"isolated_map item [{index}]" + (f", attempt {attempt} of {retries + 1}" if retries else "")
+
+
+def _item_over(index: int, run: Any, book: Checkpoint | None, policy: RetryPolicy,
+               attempts: list[list[dict[str, Any]]], values: list[Any], errors: list[BaseException | None],
+               timeout: float | None) -> bool:
+    """An item's run ended: record the attempt, keep the value (and store it), or decide on another
+    attempt. True when the item runs again; its error is then taken off the run, so that the loop
+    does not stop the map for a failure that a retry may mend."""
+    result, error = run.result, run.error
+    tries = attempts[index]
+    tries.append(attempt_record(len(tries) + 1, result, error, timeout=timeout, output=getattr(run, "tail", "")))
+    if error is not None:
+        exc_type = getattr(error, "exc_type", None) or None
+        if policy.should_retry(result.status, exc_type, attempts=len(tries)):
+            run.error = None
+            return True
+        if len(tries) > 1:
+            _add_attempts(error, tries)
+        errors[index] = error
+        if book is not None:
+            _keep(book, index, ItemRecord(index, result.status, None, _report_summary(result),
+                                          result.last_output[-4000:], tries, time.time()), None)
+        return False
+    values[index], errors[index] = result.value, None
+    if book is not None:
+        try:
+            stored = store_value(result.value)
+        except TypeError as why:
+            warnings.warn(IsolationWarning(
+                f"item [{index}]'s value ({type(result.value).__name__}) cannot be stored in {book.path}: {why}. "
+                "You have it in this kernel; a resume runs this item again. Return plain values (numbers, "
+                "arrays, dicts, a saved model's path)"), stacklevel=2)
+        else:
+            _keep(book, index, ItemRecord(index, "ok", None, _report_summary(result), result.last_output[-4000:],
+                                          tries, time.time()), stored)
+    return False
+
+
+def _keep(book: Checkpoint, index: int, record: ItemRecord, stored: bytes | None) -> None:
+    """Append an item's record; a file that cannot take it (a full disk) is said, and the map goes on."""
+    try:
+        book.write(record, stored)
+    except OSError as exc:
+        warnings.warn(IsolationWarning(
+            f"item [{index}] could not be written to {book.path} ({type(exc).__name__}: {exc.strerror or exc}); "
+            "you have its value in this kernel, and a resume runs it again. Free space where the checkpoint "
+            "is, or give the map a checkpoint on another disk"), stacklevel=2)
+
+
+def _add_attempts(error: BaseException, tries: list[dict[str, Any]]) -> None:
+    """Every attempt's cause on the error of an item that failed them all."""
+    listed = "\n".join(f"  attempt {t['attempt']}: {t['cause']}" for t in tries)
+    if error.args and isinstance(error.args[0], str):
+        error.args = (f"{error.args[0]}\n\nall {len(tries)} attempts failed:\n{listed}",) + tuple(error.args[1:])
+    error.attempts = tries  # type: ignore[attr-defined]
+
+
+def _report_summary(result: IsolatedResult) -> dict[str, Any]:
+    """What the checkpoint keeps of a job's report: what the summary table and ``to_frame()`` show."""
+    keep = ("status", "error", "wall_s", "run_s", "wait_s", "worker_state", "exit_code", "signal_name",
+            "child_rss_peak_bytes", "memory_limit_bytes", "worker_pid", "on", "node")
+    summary = {name: getattr(result, name) for name in keep}
+    summary["child_gpu_peak"] = {k: v for k, v in result.child_gpu_peak.items() if isinstance(v, int)}
+    return summary
+
+
+def _restored_result(index: int, record: ItemRecord) -> IsolatedResult:
+    result = IsolatedResult(f"isolated_map item [{index}]")
+    for name, value in record.report.items():
+        if hasattr(result, name) and value is not None:
+            setattr(result, name, value)
+    result.value = record.value
+    result.last_output = record.output_tail
+    return result
+
+
+def _say_where_it_resumes(book: Checkpoint, restored: list[bool], quiet: bool, notes: list[str]) -> None:
+    done = sum(restored)
+    if not done:
+        return
+    left = [i for i, was in enumerate(restored) if not was]
+    if not left:
+        line = f"{done} of {len(restored)} done in {book.path}; nothing left to run"
+    else:
+        line = f"{done} of {len(restored)} done, resuming at item {left[0]}"
+        if left != list(range(left[0], len(restored))):
+            shown = ", ".join(str(i) for i in left[:10]) + (" …" if len(left) > 10 else "")
+            line += f" (left: {shown})"
+    notes.append(f"{line} ({book.path})")
+    if not quiet:
+        print(line, flush=True)
 

@@ -197,8 +197,19 @@ class LiveChannel:
             >>> active_channel().note_previous_death({"method": "postmortem", "ts": 1.0, "died_ts": 0.5,
             ...                                       "execution_count": 12, "text": "..."})   # doctest: +SKIP
         """
-        self.previous_death = to_jsonable(message)
-        self._broadcast_to("postmortem", self.previous_death, visible_only=False)
+        death = to_jsonable(message)
+        # Decided under the lock with `_open`'s own check: a sidebar whose open a subshell serves
+        # while `%load_ext` runs here on the main thread may have looked for a death just before
+        # this one was known (its open then missed it, and the broadcast skipped it as not ready).
+        with self._lock:
+            self.previous_death = death
+            entries = [entry for entry in self._listeners.values()
+                       if entry.get("postmortem_due") and entry.get("postmortem_sent") is not death]
+            for entry in entries:
+                entry["postmortem_sent"] = death
+            local = list(self._local.items())
+        self._feed_local_views(local, death)
+        self._send_to_each([entry["comm"] for entry in entries], death)
 
     def start_recording(self) -> None:
         """Sample from now on whether or not anyone looks (what ``%load_ext`` does).
@@ -354,8 +365,16 @@ class LiveChannel:
         entry = self._listeners.get(comm.comm_id)
         if entry is not None and entry.get("timeline"):
             self._send_history(comm, entry)
-        if entry is not None and entry.get("postmortem") and self.previous_death is not None:
-            self._send(comm, self.previous_death)
+        if entry is not None and entry.get("postmortem"):
+            with self._lock:  # see note_previous_death: told exactly once, whichever comes first
+                entry["postmortem_due"] = True
+                death = self.previous_death
+                if death is entry.get("postmortem_sent"):
+                    death = None  # told already, by note_previous_death
+                elif death is not None:
+                    entry["postmortem_sent"] = death
+            if death is not None:
+                self._send(comm, death)
         self._push_now(comm)
         if entry is not None:
             entry["ready"] = True

@@ -23,8 +23,13 @@ from .protocol import shorten
 
 __all__ = ["IsolatedJobs", "KINDS", "KEEP_FINISHED", "SAMPLE_MIN_GAP_S"]
 
-#: The events this module turns into messages.
-KINDS = ("isolated_started", "isolated_sample", "isolated_done")
+#: The events this module turns into messages (``isolated_map_progress``: an ``isolated_map``'s counts,
+#: sent as an ``isolated_jobs`` list whose jobs of that map carry them as ``map_progress``).
+KINDS = ("isolated_started", "isolated_sample", "isolated_done", "isolated_map_progress")
+#: Maps whose counts are kept (the newest), and jobs remembered as belonging to one.
+KEEP_MAPS = 4
+KEEP_MAP_JOBS = 4096
+_MAP_COUNTS = ("total", "done", "running", "failed", "left", "elapsed_s")
 #: Finished jobs kept for a sidebar that attaches (or reloads) later.
 KEEP_FINISHED = 20
 #: At most one ``isolated_sample`` message per job this often (the worker samples at 4 Hz).
@@ -121,9 +126,14 @@ class IsolatedJobs:
         self._lock = threading.Lock()
         self._running: OrderedDict[str, _Running] = OrderedDict()
         self._finished: deque[dict[str, Any]] = deque(maxlen=keep)
+        self._maps: OrderedDict[str, dict[str, Any]] = OrderedDict()
+        self._map_of: OrderedDict[str, str] = OrderedDict()
 
     def on_event(self, kind: str, payload: Any) -> dict[str, Any] | None:
         """The message to send for one event, or None (throttled, unknown job, not a job event)."""
+        if kind == "isolated_map_progress" and isinstance(payload, dict) and isinstance(payload.get("map_id"), str):
+            with self._lock:
+                return self._map_progress(payload)
         if not isinstance(payload, dict) or not isinstance(payload.get("job_id"), str):
             return None
         with self._lock:
@@ -138,9 +148,39 @@ class IsolatedJobs:
     def snapshot(self) -> dict[str, Any]:
         """The ``isolated_jobs`` message: running jobs (oldest first), then finished (newest first)."""
         with self._lock:
-            running = [dict(entry.job) for entry in self._running.values()]
-            finished = [dict(job) for job in reversed(self._finished)]
+            return self._snapshot()
+
+    def _snapshot(self) -> dict[str, Any]:
+        running = [self._with_map(entry.job) for entry in self._running.values()]
+        finished = [self._with_map(job) for job in reversed(self._finished)]
         return {"method": "isolated_jobs", "ts": time.time(), "jobs": running + finished}
+
+    def _with_map(self, job: dict[str, Any]) -> dict[str, Any]:
+        """A copy of ``job``, with its map's latest counts when it is an ``isolated_map`` item."""
+        copy = dict(job)
+        progress = self._maps.get(self._map_of.get(job["job_id"], ""))
+        if progress is not None:
+            copy["map_progress"] = dict(progress)
+        return copy
+
+    def _map_progress(self, payload: dict[str, Any]) -> dict[str, Any] | None:
+        """A map's counts changed: remember them and its jobs; the whole list goes out again."""
+        progress = {name: _number(payload.get(name)) for name in _MAP_COUNTS}
+        if any(value is None for value in progress.values()):
+            return None
+        progress["eta_s"] = _number(payload.get("eta_s"))
+        map_id = payload["map_id"]
+        self._maps.pop(map_id, None)
+        self._maps[map_id] = progress
+        while len(self._maps) > KEEP_MAPS:
+            self._maps.popitem(last=False)
+        for job_id in payload.get("job_ids") or ():
+            if isinstance(job_id, str):
+                self._map_of.pop(job_id, None)
+                self._map_of[job_id] = map_id
+        while len(self._map_of) > KEEP_MAP_JOBS:
+            self._map_of.popitem(last=False)
+        return self._snapshot()
 
     # ---- events -------------------------------------------------------------------------------
     def _started(self, payload: dict[str, Any]) -> dict[str, Any]:
@@ -161,7 +201,7 @@ class IsolatedJobs:
         self._running[job_id] = _Running(job)
         while len(self._running) > RUNNING_LIMIT:
             self._running.popitem(last=False)
-        return {"method": "isolated_started", "ts": time.time(), "job": dict(job)}
+        return {"method": "isolated_started", "ts": time.time(), "job": self._with_map(job)}
 
     def _sample(self, payload: dict[str, Any]) -> dict[str, Any] | None:
         entry = self._running.get(payload["job_id"])
@@ -235,4 +275,4 @@ class IsolatedJobs:
             # "ExcType: message": its first line says what happened; the report has the rest.
             job["error"] = shorten((error.strip().splitlines() or [error])[0], ERROR_LIMIT)
         self._finished.append(job)
-        return {"method": "isolated_done", "ts": now, "job": dict(job)}
+        return {"method": "isolated_done", "ts": now, "job": self._with_map(job)}

@@ -265,7 +265,16 @@ def _job(value: Any) -> bool:
     # Since 1.4, optional: the worker's allocator peaks, present only where they have a number.
     if not all(_is_number(value[name]) for name in _JOB_ALLOCATOR_PEAKS if name in value):
         return False
+    if "map_progress" in value and not _map_progress(value["map_progress"]):
+        return False
     return "error" not in value or isinstance(value["error"], str)
+
+
+def _map_progress(value: Any) -> bool:
+    """Optional on a job (1.6, ignored by older frontends): its ``isolated_map``'s counts and time left."""
+    return isinstance(value, dict) and all(
+        _is_number(value.get(name)) for name in ("total", "done", "running", "failed", "left", "elapsed_s")
+    ) and _number_or_null(value.get("eta_s"))
 
 
 def _jobs(value: Any) -> bool:

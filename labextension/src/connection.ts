@@ -604,6 +604,7 @@ export class LiveConnection implements IDisposable {
       this._executing = state === 'busy';
       if (state === 'idle') {
         this._runningCount = null;
+        this._cellsEnded++;
         this._flushDeferred();
       }
     }
@@ -997,6 +998,7 @@ export class LiveConnection implements IDisposable {
     }
     this._comm = comm;
     this._commKernel = connection;
+    this._cellsEndedAtOpen = this._cellsEnded;
     comm.onMsg = msg => this._onCommMsg(comm, msg);
     comm.onClose = msg => this._onCommClose(comm, msg);
     this._retryIfUnanswered(comm);
@@ -1198,6 +1200,20 @@ export class LiveConnection implements IDisposable {
     // Closed by the kernel before or after hello: target not registered (ipykernel closes
     // an unknown target at once) or `%unload_ext kerasmagic`. Either way: not loaded.
     this._setState({ kind: 'not_loaded' });
+    // A subshell's close and the main shell's idle come over two websockets, in either
+    // order: a close for an open the kernel refused while `%load_ext` ran can arrive after
+    // that cell's idle, whose retry (`_onIopub`) then never came. Open once more where a
+    // cell ended since this open went out; never for a kernel that is going away (the death
+    // and restart handling in `_onStatus` owns that state).
+    const kernel = this._kernel;
+    if (
+      this._cellsEnded !== this._cellsEndedAtOpen &&
+      kernel &&
+      kernel.connectionStatus === 'connected' &&
+      (kernel.status === 'idle' || kernel.status === 'busy')
+    ) {
+      this._attach();
+    }
   }
 
   private _send(data: { method: string; [key: string]: unknown }): void {
@@ -1290,6 +1306,10 @@ export class LiveConnection implements IDisposable {
   >();
   /** The kernel's main shell is running an execute_request (from IOPub status). */
   private _executing = false;
+  /** Cells (execute_requests) the followed kernel finished, as IOPub's idle counts them. */
+  private _cellsEnded = 0;
+  /** `_cellsEnded` when the current comm's open went out (see `_onCommClose`). */
+  private _cellsEndedAtOpen = 0;
   /** In[n] of the cell running on the main shell, from IOPub's execute_input; null: unknown. */
   private _runningCount: number | null = null;
   /** Enters the waiting state if our open on the main shell is still unanswered. */

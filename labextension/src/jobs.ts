@@ -286,6 +286,37 @@ interface IWording {
   __(msgid: string, ...args: any[]): string;
 }
 
+/**
+ * The latest `isolated_map`'s counts, for the section's title: the map of the first row that
+ * carries them (running jobs come first, then the newest finished), or null when no row does.
+ * Example: `Map: 7/10 done, 1 running, 0 failed, 2 left, about 12 s left`.
+ */
+export function mapProgressText(
+  rows: IJobRow[],
+  trans: IWording
+): string | null {
+  const progress = rows.find(row => row.job.map_progress)?.job.map_progress;
+  if (!progress) {
+    return null;
+  }
+  const counts = trans.__(
+    'Map: %1/%2 done, %3 running, %4 failed, %5 left',
+    progress.done,
+    progress.total,
+    progress.running,
+    progress.failed,
+    progress.left
+  );
+  if (progress.eta_s === null || !(progress.left || progress.running)) {
+    return counts;
+  }
+  return trans.__(
+    '%1, about %2 left',
+    counts,
+    formatElapsed(progress.eta_s, true)
+  );
+}
+
 /** A job row's GPU figure: its text, and whose number it is (the title). */
 export interface IJobGpu {
   text: string;

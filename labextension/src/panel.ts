@@ -34,6 +34,7 @@ import {
 } from './gpu';
 import {
   countJobs,
+  mapProgressText,
   formatElapsed,
   IJobRow,
   jobGpu,
@@ -60,6 +61,7 @@ import {
   Timeline
 } from './timeline';
 import { el } from './dom';
+import { RestartMemory } from './restarts';
 
 const LOAD_LINE = '%load_ext kerasmagic';
 
@@ -437,10 +439,6 @@ export class KerasMagicPanel extends Widget {
       this._renderHeadlines(sample);
       this._renderGpu(sample);
       this._renderFooter(sample);
-      // Read by the browser tests and bench_sidebar.py: sample-to-screen latency.
-      this.node.dataset.sampleTs = String(sample.ts);
-      this.node.dataset.sampleSeq = String(sample.seq);
-      this.node.dataset.renderedTs = String(Date.now() / 1000);
       this.node.dataset.rssBytes = isNumber(sample.rss_bytes)
         ? String(sample.rss_bytes)
         : '';
@@ -473,6 +471,13 @@ export class KerasMagicPanel extends Widget {
       this._renderJobs();
     }
     this._syncTicker();
+    if (sample) {
+      // Read by the browser tests and bench_sidebar.py (sample-to-screen latency): stamped
+      // last, once the timeline and every section show this sample, not when the headline does.
+      this.node.dataset.sampleTs = String(sample.ts);
+      this.node.dataset.sampleSeq = String(sample.seq);
+      this.node.dataset.renderedTs = String(Date.now() / 1000);
+    }
   }
 
   /**
@@ -481,7 +486,7 @@ export class KerasMagicPanel extends Widget {
    */
   private _renderKernelRecord(): void {
     const trans = this._trans;
-    const restartedAt = this.connection.restartedAt;
+    const restartedAt = this._restart()?.at ?? null;
     this._restarted.textContent =
       restartedAt === null
         ? ''
@@ -504,6 +509,29 @@ export class KerasMagicPanel extends Widget {
         )
       : '';
     this._event.hidden = !event;
+  }
+
+  /**
+   * The followed kernel's restart: the one this page saw (kept for a reload), else one a page
+   * before a reload saw, with its mark's time (`recalledTs`). Null where there was none.
+   */
+  private _restart(): { at: number; recalledTs: number | null } | null {
+    const state = this.connection.state;
+    const pid = state.kind === 'connected' ? state.hello.pid : null;
+    const path = this.connection.notebookPath;
+    const seenAt = this.connection.restartedAt;
+    if (seenAt !== null) {
+      const mark = this.connection.marks.find(m => m.kind === 'restart');
+      const key = `${path} ${pid} ${seenAt}`;
+      if (pid !== null && path && mark && key !== this._rememberedRestart) {
+        this._restarts.remember(path, { pid, ts: mark.ts, at: seenAt });
+        this._rememberedRestart = key;
+      }
+      return { at: seenAt, recalledTs: null };
+    }
+    const recalled =
+      pid !== null && path ? this._restarts.recall(path, pid) : null;
+    return recalled ? { at: recalled.at, recalledTs: recalled.ts } : null;
   }
 
   /** The followed kernel's predecessor died: when, in which cell, why, and its timeline. */
@@ -781,11 +809,18 @@ export class KerasMagicPanel extends Widget {
       history.points(SERIES.rss)[0]?.ts ?? Infinity,
       runs[0]?.startedTs ?? Infinity
     );
+    let marks = this.connection.marks;
+    const recalled = this._restart()?.recalledTs ?? null;
+    if (recalled !== null && !marks.some(m => m.kind === 'restart')) {
+      marks = [{ kind: 'restart', ts: recalled }, ...marks].sort(
+        (a, b) => a.ts - b.ts
+      );
+    }
     this._timeline.render({
       series,
       points: key => history.points(key),
       runs,
-      marks: this.connection.marks,
+      marks,
       now,
       intervalS: this.connection.intervalS,
       since: Number.isFinite(since) ? since : null
@@ -1140,6 +1175,10 @@ export class KerasMagicPanel extends Widget {
     if (counts.other) {
       parts.push(trans.__('%1 stopped', counts.other));
     }
+    const map = mapProgressText(rows, trans);
+    if (map) {
+      parts.push(map);
+    }
     this._jobsTitle.textContent = parts.join(' · ');
     for (const row of rows) {
       this._jobsList.appendChild(this._jobItem(row));
@@ -1259,6 +1298,11 @@ export class KerasMagicPanel extends Widget {
   private _body: HTMLElement;
   private _headlines: { [name: string]: IHeadline };
   private _timeline: Timeline;
+  private _restarts = new RestartMemory(
+    typeof window !== 'undefined' ? window.localStorage : null
+  );
+  /** What `_restarts` was last told, so that a sample does not write it again. */
+  private _rememberedRestart = '';
   private _showRunCallback?: (run: ICellRunLike) => Promise<boolean>;
   private _runStatus: HTMLElement;
   private _classroomButton: HTMLButtonElement;

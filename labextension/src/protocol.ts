@@ -199,6 +199,20 @@ export interface IIsolatedJob {
   /** Since 1.4, only with a number: JAX's `peak_bytes_in_use` in the worker, summed. */
   jax_peak_bytes?: number;
   error?: string;
+  /** Optional: the counts of the `isolated_map` this job is an item of (its latest). */
+  map_progress?: IMapProgress;
+}
+
+/** An `isolated_map`'s items: done (from its checkpoint too), running, failed, left; seconds. */
+export interface IMapProgress {
+  total: number;
+  done: number;
+  running: number;
+  failed: number;
+  left: number;
+  elapsed_s: number;
+  /** Estimated from the items finished so far; null before the first one finished. */
+  eta_s: number | null;
 }
 
 /** Since 1.1: a job started. */
@@ -474,7 +488,15 @@ const job: Check = v =>
   JOB_ALLOCATOR_PEAKS.every(
     name => v[name] === undefined || isNumber(v[name])
   ) &&
-  (v.error === undefined || typeof v.error === 'string');
+  (v.error === undefined || typeof v.error === 'string') &&
+  (v.map_progress === undefined || mapProgress(v.map_progress));
+
+const MAP_COUNTS = ['total', 'done', 'running', 'failed', 'left', 'elapsed_s'];
+
+const mapProgress: Check = v =>
+  isObject(v) &&
+  MAP_COUNTS.every(name => isNumber(v[name])) &&
+  numberOrNull(v.eta_s);
 
 const jobs: Check = v => Array.isArray(v) && v.every(job);
 

@@ -219,6 +219,8 @@ export interface ISpanBox {
   x: number;
   width: number;
   label: string;
+  /** What the tab shows: the longest of the run's longer texts that fits, else `label`. */
+  text: string;
   /** False when the label would run into the next span: the readout still names it. */
   showLabel: boolean;
   labelX: number;
@@ -234,13 +236,16 @@ export function runLabel(run: ICellRunLike): string {
  * The cell runs that overlap `[from, to]`, as boxes `width` pixels wide in all; a running
  * cell reaches `to`. A label is shown where it fits before the next span starts (about
  * `charPx` per character), so short back-to-back cells do not print over each other.
+ * `longer(run)` gives texts to try first, most telling first ("[3] +201 MiB, peak 1.50 GiB",
+ * "[3] +201 MiB"): a span with room says what its cell did without a hover (issue 19).
  */
 export function layoutSpans(
   runs: ICellRunLike[],
   from: number,
   to: number,
   width: number,
-  charPx = 6.5
+  charPx = 6.5,
+  longer: (run: ICellRunLike) => string[] = () => []
 ): ISpanBox[] {
   const span = to - from || 1;
   const x = (ts: number) => ((ts - from) / span) * width;
@@ -258,6 +263,7 @@ export function layoutSpans(
       // A sub-pixel cell stays visible.
       width: Math.max(2, right - left),
       label: runLabel(run),
+      text: runLabel(run),
       showLabel: false,
       labelX: left,
       running: run.endedTs === null
@@ -266,16 +272,35 @@ export function layoutSpans(
   // A label starts at its span, or further left where the span is at the right edge
   // (the newest cell: the one people look for), never over its neighbours' labels.
   let previousEnd = -Infinity;
+  // The number may move left of its span (at the right edge); a longer text starts at its
+  // span, or it would seem to belong to the one before.
+  const placed = (
+    text: string,
+    boxX: number,
+    limit: number,
+    moves: boolean
+  ) => {
+    const labelWidth = text.length * charPx + 4;
+    const labelX = moves
+      ? Math.max(0, Math.min(boxX, limit - labelWidth))
+      : boxX;
+    const fits = labelX >= previousEnd && labelX + labelWidth <= limit;
+    return { labelX, end: labelX + labelWidth, fits };
+  };
   boxes.forEach((box, index) => {
     const next = boxes[index + 1];
     const limit = next ? next.x : width;
-    const labelWidth = box.label.length * charPx + 4;
-    const labelX = Math.max(0, Math.min(box.x, limit - labelWidth));
-    box.showLabel = labelX >= previousEnd && labelX + labelWidth <= limit;
-    box.labelX = labelX;
-    if (box.showLabel) {
-      previousEnd = labelX + labelWidth;
+    for (const text of [...longer(box.run), box.label]) {
+      const place = placed(text, box.x, limit, text === box.label);
+      if (place.fits) {
+        box.text = text;
+        box.labelX = place.labelX;
+        box.showLabel = true;
+        previousEnd = place.end;
+        return;
+      }
     }
+    box.labelX = placed(box.label, box.x, limit, true).labelX;
   });
   return boxes;
 }
@@ -748,7 +773,9 @@ export class Timeline {
 
     // Cell spans first, so that lines and marks are drawn over them.
     const spansLayer = svg('g', { class: 'jp-KerasMagic-spans' }, root);
-    this._spans = layoutSpans(data.runs, from, to, width, g.charPx);
+    this._spans = layoutSpans(data.runs, from, to, width, g.charPx, run =>
+      this._spanTexts(run)
+    );
     this._spans.forEach((box, index) => {
       const group = svg(
         'g',
@@ -759,10 +786,10 @@ export class Timeline {
           'data-change': runChange(box.run)?.change ?? '',
           'data-status': box.run.status,
           // A label wider than its tab lies on the background, not the tab: its colour
-          // must read on the background (timeline.css).
+          // must read on the background (style/base.css).
           'data-label-inside': String(
             box.labelX >= box.x &&
-              box.labelX + box.label.length * g.charPx <= box.x + box.width
+              box.labelX + box.text.length * g.charPx <= box.x + box.width
           )
         },
         spansLayer
@@ -800,7 +827,7 @@ export class Timeline {
           },
           group
         );
-        text.textContent = box.label;
+        text.textContent = box.text;
       }
       const title = svg('title', {}, group);
       title.textContent = this._runText(box.run, data.now);
@@ -1046,6 +1073,28 @@ export class Timeline {
           formatClock(end),
           (end - run.startedTs).toFixed(1)
         ) + this._changeText(run);
+  }
+
+  /** A span's longer labels, "[3] +201 MiB, peak 1.50 GiB" then "[3] +201 MiB"; none
+   * for a running cell or where the kernel did not say (before protocol 1.5). */
+  private _spanTexts(run: ICellRunLike): string[] {
+    const figures = runChange(run);
+    if (!figures) {
+      return [];
+    }
+    const trans = this._trans;
+    const short = trans.__('%1 %2', runLabel(run), figures.change);
+    return figures.peak
+      ? [
+          trans.__(
+            '%1 %2, peak %3',
+            runLabel(run),
+            figures.change,
+            figures.peak
+          ),
+          short
+        ]
+      : [short];
   }
 
   /** `, +201 MiB in [3], peak 1.2 GiB`: empty where the kernel did not say. */

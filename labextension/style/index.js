@@ -1,4 +1,1 @@
 import './base.css';
-import './cells.css';
-import './timeline.css';
-import './classroom.css';

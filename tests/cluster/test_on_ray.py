@@ -563,6 +563,51 @@ def test_a_job_no_node_can_take_says_so_and_a_node_that_joins_later_gets_an_agen
     cluster.remove_node(big)
 
 
+def flaky_fold(item):
+    """Item 1 segfaults the first time, item 3 raises the first time (marker files remember)."""
+    import os
+    import signal
+
+    folder, k = item
+    open(os.path.join(folder, f"ran-{k}-{os.getpid()}"), "w").close()
+    marker = os.path.join(folder, f"tried-{k}")
+    if k in (1, 3) and not os.path.exists(marker):
+        open(marker, "w").close()
+        if k == 1:
+            os.kill(os.getpid(), signal.SIGSEGV)
+        raise ValueError(f"fold {k} is not ready")
+    return k * k
+
+
+def test_a_checkpointed_map_retries_on_its_node_and_resumes(cluster, tmp_path, capsys):
+    # Issue 22 on a cluster: the node's segfault is retried and said with the node, finished items go
+    # to the kernel's checkpoint, and the second run sends only what is left to the cluster.
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    path = tmp_path / "cv.kmrun"
+    items = [(str(runs), k) for k in range(4)]
+    first = isolated_map(flaky_fold, items, workers=2, on="ray", checkpoint=path, retries=1,
+                         on_error="collect", progress=False)
+    assert [first[k] for k in (0, 1, 2)] == [0, 1, 4] and isinstance(first[3], IsolatedCellError)
+    crash = first.attempts[1][0]
+    node = crash["node"]
+    assert crash["cause"].startswith("segmentation fault (signal 11, SIGSEGV): its last Python frame is flaky_fold "
+                                     "(test_on_ray.py:"), crash["cause"]  # the same words as on this machine
+    assert f"on node {node['ip']} ({node['hostname']})" in crash["cause"]
+    assert len(first.attempts[1]) == 2 and len(first.attempts[3]) == 1  # a raised exception is not retried
+    capsys.readouterr()
+
+    def runs_per_item():
+        return [sum(name.startswith(f"ran-{k}-") for name in os.listdir(runs)) for k in range(4)]
+
+    assert runs_per_item() == [1, 2, 1, 1]
+    again = isolated_map(flaky_fold, items, workers=2, on="ray", checkpoint=path, retries=1, progress=False)
+    assert "3 of 4 done, resuming at item 3" in capsys.readouterr().out
+    assert list(again) == [0, 1, 4, 9] and again.restored == [True, True, True, False]
+    assert again.jobs[3].node["node_id"] in {cluster.head_node.node_id, cluster.second.node_id}
+    assert runs_per_item() == [1, 2, 1, 2]  # only item 3 ran again
+
+
 def test_ray_shutdown_during_a_job_ends_it_in_words_and_starts_no_cluster(cluster):
     # Issue 23, fault 2: the cell waited 19 s, raised a bare SystemExit and a new local cluster
     # was started behind the user's back. Last in the module: it ends the session's connection,

@@ -107,7 +107,8 @@ def test_isolated_map_jobs_are_listed_live_then_done_and_failed(lab, page, artif
     # Not colour alone, but colour too: the edges differ between done and failed.
     assert len({r["edge"] for r in rows}) == 2
     title = page.locator(f"{SECTION} .jp-KerasMagic-sectionTitle").text_content()
-    assert title == "Isolated jobs · 2 done · 1 failed", title
+    # The map's own counts (issue 22) follow the list's: done, running, failed and left.
+    assert title == "Isolated jobs · 2 done · 1 failed · Map: 2/3 done, 0 running, 1 failed, 0 left", title
     sidebar = page.locator("#kerasmagic-sidebar")
     page.locator(SECTION).scroll_into_view_if_needed()
     page.screenshot(path=str(artifacts / "sidebar-7-isolated-jobs.png"))

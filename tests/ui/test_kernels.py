@@ -68,6 +68,32 @@ def _wait_spans(page, labels: list[str]) -> dict:
     return timeline(page)
 
 
+# Records, after every task that changed the panel, what it showed: blank or not, the notice,
+# the header (its pid) and the RSS it shows.
+_WATCH_SWITCH = f"""() => {{
+    const panel = document.querySelector('{SIDEBAR}');
+    const seen = [];
+    const observer = new MutationObserver(() => {{
+        const body = panel.querySelector('.jp-KerasMagic-body');
+        const notice = panel.querySelector('.jp-KerasMagic-notice');
+        seen.push({{
+            blank: !body || body.hidden,
+            notice: notice && notice.offsetParent !== null ? notice.textContent : '',
+            kernel: panel.querySelector('.jp-KerasMagic-kernel').textContent,
+            rss: panel.dataset.rssBytes ? Number(panel.dataset.rssBytes) : null,
+            state: panel.dataset.state, updating: panel.dataset.updating,
+        }});
+    }});
+    observer.observe(panel, {{attributes: true, childList: true, subtree: true, characterData: true}});
+    window.kerasmagicSwitch = {{observer, seen}};
+}}"""
+
+
+def _pid_of(header: str) -> int | None:
+    found = re.search(r"pid (\d+)", header)
+    return int(found.group(1)) if found else None
+
+
 def test_two_kernels_keep_their_own_report_and_a_restart_starts_anew(lab, page, artifacts):
     (lab.root / "a.ipynb").write_text(json.dumps(notebook(A_CELLS)))
     (lab.root / "b.ipynb").write_text(json.dumps(notebook(B_CELLS)))
@@ -104,7 +130,8 @@ def test_two_kernels_keep_their_own_report_and_a_restart_starts_anew(lab, page, 
     b_loaded = page.evaluate("() => Date.now() / 1000")
     run_cell(page, 0)
     page.wait_for_selector(f"{SIDEBAR}[data-state='connected'][data-sample-seq]", timeout=60_000)
-    assert sidebar.locator(".jp-KerasMagic-kernel").text_content() != a_pid
+    b_pid = sidebar.locator(".jp-KerasMagic-kernel").text_content()
+    assert b_pid != a_pid
     for index in (1, 2):
         run_cell(page, index)
         wait_idle(page)
@@ -119,9 +146,27 @@ def test_two_kernels_keep_their_own_report_and_a_restart_starts_anew(lab, page, 
     assert _text(page, ".jp-KerasMagic-report") == "", "A's Clear session report shows in B's panel"
     assert _text(page, ".jp-KerasMagic-event") == "", "A's last event shows in B's panel"
 
-    # Back to A: its own report and event again.
+    # Back to A: its own report and event again. On the way (issue 19, defect 6), what each
+    # task left on screen: A's last view at once, never a blank panel or "Connecting…" (no cell
+    # runs), and never one kernel's pid over the other's numbers.
+    page.evaluate(_WATCH_SWITCH)
     _show(page, "a.ipynb")
     page.wait_for_selector(f"{SIDEBAR}[data-state='connected'][data-sample-seq]", timeout=60_000)
+    page.wait_for_timeout(300)
+    seen = page.evaluate("() => { window.kerasmagicSwitch.observer.disconnect(); "
+                         "return window.kerasmagicSwitch.seen; }")
+    assert seen, "the switch changed nothing in the panel"
+    a_pid_number, b_pid_number = _pid_of(a_pid), _pid_of(b_pid)
+    for view in seen:
+        assert not view["blank"], f"the panel went blank while switching: {view}"
+        assert "Connecting" not in view["notice"], f"'Connecting…' while no cell runs: {view}"
+        pid, rss = _pid_of(view["kernel"]), view["rss"]
+        if pid is None or rss is None:
+            continue
+        if pid == a_pid_number:
+            assert rss > b_high + 128 * 2**20, f"A's pid over B's numbers: {view}"
+        elif pid == b_pid_number:
+            assert rss < a_low - 128 * 2**20, f"B's pid over A's numbers: {view}"
     assert _current_path(page) == "a.ipynb"
     assert _text(page, ".jp-KerasMagic-report") == a_report
     assert "clear_tf" in _text(page, ".jp-KerasMagic-event")

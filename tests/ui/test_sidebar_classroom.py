@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from .conftest import wait_kernel_ready
+from .conftest import run_cell, wait_kernel_ready
 from .test_timeline import SIDEBAR, _chart, _open, _run_and_wait
 
 pytestmark = pytest.mark.ui
@@ -126,6 +126,19 @@ def test_a_notebook_can_load_kerasmagic_by_itself_in_its_new_kernels(lab, page):
             return panel.dataset.state === 'connected' && pid && Number(pid[1]) !== first;
         }}""", arg=first, timeout=90_000)
     assert page.evaluate("() => window.jupyterapp.shell.currentWidget.content.widgets[0].model.executionCount") is None
+    page.wait_for_selector(f"{SIDEBAR} .jp-KerasMagic-mark[data-kind='restart']", timeout=30_000)
+    restarted = page.text_content(f"{SIDEBAR} .jp-KerasMagic-restarted")
+    assert restarted.startswith("restarted "), restarted
+
+    # After a reload the restart is still marked and said (issue 19, defect 8): the page
+    # meets the kernel as if it had always been there, this browser remembers it.
+    page.goto(lab.lab_url("autoload.ipynb").replace("&reset", ""))
+    page.wait_for_function("() => !!window.jupyterapp")
+    wait_kernel_ready(page)
+    page.evaluate("() => window.jupyterapp.shell.activateById('kerasmagic-sidebar')")
+    page.wait_for_selector(f"{SIDEBAR}[data-state='connected'][data-sample-seq]", timeout=90_000)
+    page.wait_for_selector(f"{SIDEBAR} .jp-KerasMagic-mark[data-kind='restart']", timeout=10_000)
+    assert page.text_content(f"{SIDEBAR} .jp-KerasMagic-restarted") == restarted
 
     # Stopped from the footer: the next kernel waits for the user again.
     page.click(f"{SIDEBAR} .jp-KerasMagic-autoloadStop")
@@ -134,3 +147,22 @@ def test_a_notebook_can_load_kerasmagic_by_itself_in_its_new_kernels(lab, page):
     page.wait_for_selector(f"{SIDEBAR}[data-state='not_loaded']", timeout=90_000)
     time.sleep(3)
     assert page.get_attribute(SIDEBAR, "data-state") == "not_loaded"
+
+
+def test_live_models_while_a_cell_runs_say_which_cell_they_are_as_of(lab, page):
+    # Issue 19, defect 9: "Live models: none" was stated as a fact while a cell was building
+    # six. The models are read between cells, so during one the panel says as of which cell.
+    cells = ["%load_ext kerasmagic", "import keras", "import time\ntime.sleep(8)"]
+    _open(lab, page, "models.ipynb", cells)
+    _run_and_wait(page, 0)
+    _run_and_wait(page, 1, timeout_s=240)
+    title = f"{SIDEBAR} [data-section='keras'] .jp-KerasMagic-subTitle"
+    page.wait_for_function(f"""() => document.querySelector("{title}")?.textContent === 'Live models: none'""",
+                           timeout=60_000)
+    run_cell(page, 2)
+    page.wait_for_function(
+        f"""() => document.querySelector("{title}").textContent
+            === 'Live models: none as of cell [2] (read again when the running cell ends)'""",
+        timeout=6_000)
+    page.wait_for_function(f"""() => document.querySelector("{title}").textContent === 'Live models: none'""",
+                           timeout=60_000)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import ast
 import builtins
+import faulthandler
 import linecache
 import os
 import random
@@ -272,6 +273,12 @@ def _run_job(conn: Connection, request: RunJob) -> None:
     """Run one job and send its last message (``done`` or ``error``, with the final sample)."""
     job = request.job
     _adopt_kernel_paths(request)
+    # A job that dies of a fault (a segfault in a framework's C++) leaves its Python stack on its
+    # stderr, so that the kernel can say where it died (issue 22); the signal still ends it.
+    try:
+        faulthandler.enable(file=2, all_threads=False)
+    except (OSError, ValueError, RuntimeError):  # fd 2 closed or not writable: no stack, nothing else lost
+        pass
     modules_before = set(sys.modules)
     sampler = _Sampler(conn, request.sample_interval_s).start()
     child_display.install(lambda message: _send(conn, message))

@@ -353,6 +353,68 @@ describe('LiveConnection with a 1.3 kernel', () => {
   });
 });
 
+describe('LiveConnection and `%load_ext kerasmagic` run as the panel opens', () => {
+  const cellEnded = (kernel: FakeKernel) =>
+    kernel.iopubMessage.emit({
+      header: { msg_type: 'status' },
+      parent_header: { msg_type: 'execute_request' },
+      content: { execution_state: 'idle' }
+    });
+  const closeFromKernel = (kernel: FakeKernel) =>
+    kernel.comm.onClose({ content: { comm_id: kernel.comm.commId, data: {} } });
+
+  async function openedDuringACell() {
+    const kernel = new FakeKernel('k1');
+    const connection = new LiveConnection({ intervalS: 1, historyMinutes: 5 });
+    connection.setSessionContext(new FakeSession(kernel) as any);
+    await settle();
+    expect(kernel.comms).toHaveLength(1);
+    return { kernel, connection };
+  }
+
+  it('opens again when the refusal arrives after the cell that loaded it ended', async () => {
+    // The refusal (sent before `%load_ext` registered the target) and the cell's idle come
+    // over two websockets where the comm is on a subshell: the idle may come first.
+    const { kernel, connection } = await openedDuringACell();
+    cellEnded(kernel);
+    expect(connection.state.kind).toBe('connecting'); // still waiting for the answer
+    closeFromKernel(kernel);
+    await settle();
+    expect(kernel.comms).toHaveLength(2);
+    kernel.comm.receive(hello(4242));
+    expect(connection.state.kind).toBe('connected');
+    connection.dispose();
+  });
+
+  it('says not loaded, once, where no cell ended since its open', async () => {
+    const { kernel, connection } = await openedDuringACell();
+    closeFromKernel(kernel);
+    await settle();
+    expect(connection.state.kind).toBe('not_loaded');
+    expect(kernel.comms).toHaveLength(1);
+    // ... and after a retry that is refused too, it stops there (no loop).
+    cellEnded(kernel);
+    await settle();
+    expect(kernel.comms).toHaveLength(2);
+    closeFromKernel(kernel);
+    await settle();
+    expect(connection.state.kind).toBe('not_loaded');
+    expect(kernel.comms).toHaveLength(2);
+    connection.dispose();
+  });
+
+  it('never opens again into a kernel that is going away', async () => {
+    const { kernel, connection } = await openedDuringACell();
+    cellEnded(kernel);
+    kernel.status = 'autorestarting';
+    closeFromKernel(kernel);
+    await settle();
+    expect(kernel.comms).toHaveLength(1);
+    expect(connection.state.kind).toBe('not_loaded');
+    connection.dispose();
+  });
+});
+
 describe('LiveConnection and a kernel that dies', () => {
   const setStatus = (
     kernel: FakeKernel,

@@ -10,6 +10,7 @@ import {
   jobGpu,
   jobState,
   JobTable,
+  mapProgressText,
   STATE_MARK,
   whereText
 } from '../jobs';
@@ -336,5 +337,47 @@ describe("a job row's GPU figure", () => {
     ]) {
       expect(validate(readFixture(name).data, 'to_frontend').ok).toBe(false);
     }
+  });
+});
+
+describe("an isolated_map's counts", () => {
+  it('come with its jobs and make the title line', () => {
+    const table = new JobTable();
+    table.apply(fixture('isolated_jobs_map_progress'), 0);
+    const rows = table.rows(0);
+    expect(rows[0].job.map_progress?.done).toBe(7);
+    expect(mapProgressText(rows, trans)).toBe(
+      'Map: 7/10 done, 1 running, 0 failed, 2 left, about 12 s left'
+    );
+  });
+
+  it('say no time left before an item finished, and nothing without a map', () => {
+    const table = new JobTable();
+    table.apply(started({ job_id: 'a1' }, 1763800200), 0);
+    expect(mapProgressText(table.rows(0), trans)).toBeNull();
+    const progress = {
+      total: 4,
+      done: 0,
+      running: 1,
+      failed: 0,
+      left: 3,
+      elapsed_s: 1,
+      eta_s: null
+    };
+    const rows = [
+      { ...table.rows(0)[0], job: job({ map_progress: progress }) }
+    ];
+    expect(mapProgressText(rows, trans)).toBe(
+      'Map: 0/4 done, 1 running, 0 failed, 3 left'
+    );
+  });
+
+  it('are refused when a count is not a number', () => {
+    expect(
+      validate(
+        readFixture('invalid_isolated_jobs_map_progress_done_string').data,
+        'to_frontend'
+      ).ok
+    ).toBe(false);
   });
 });

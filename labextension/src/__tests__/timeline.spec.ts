@@ -194,6 +194,43 @@ describe('layoutSpans', () => {
     const boxes = layoutSpans([run(2, 30, 40), run(1, 10, 20)], 0, 100, 100);
     expect(boxes.map(b => b.label)).toEqual(['[1]', '[2]']);
   });
+
+  it('says what a cell did on its span where there is room, else less', () => {
+    const longer = (r: { executionCount: number | null }) => [
+      `[${r.executionCount}] +201 MiB, peak 1.50 GiB`,
+      `[${r.executionCount}] +201 MiB`
+    ];
+    // 1000 px for 100 s: [3] has 300 px before [4], [4] 100 px before [5], [5] the rest.
+    const boxes = layoutSpans(
+      [run(3, 10, 20), run(4, 40, 45), run(5, 50, 55)],
+      0,
+      100,
+      1000,
+      6.5,
+      longer
+    );
+    expect(boxes.map(b => b.text)).toEqual([
+      '[3] +201 MiB, peak 1.50 GiB',
+      '[4] +201 MiB',
+      '[5] +201 MiB, peak 1.50 GiB'
+    ]);
+    // A longer text starts at its own span, never moved left towards the one before.
+    expect(boxes.map(b => b.labelX)).toEqual([100, 400, 500]);
+    expect(boxes.map(b => b.label)).toEqual(['[3]', '[4]', '[5]']);
+    // Where even the number does not fit, nothing is shown; the next takes what fits.
+    const tight = layoutSpans(
+      [run(6, 10, 11), run(7, 11.5, 12)],
+      0,
+      100,
+      100,
+      6.5,
+      longer
+    );
+    expect(tight.map(b => [b.text, b.showLabel])).toEqual([
+      ['[6]', false],
+      ['[7] +201 MiB', true]
+    ]);
+  });
 });
 
 describe('runAt and runLabel', () => {
