@@ -24,7 +24,7 @@ from .result import IsolatedResult
 from .runner import Backend, JobRun, drive
 from .spec import WorkerSpec
 
-__all__ = ["JobRun", "backend_for", "run_job", "run_jobs"]
+__all__ = ["Backend", "JobRun", "backend_for", "run_job", "run_jobs"]
 
 
 def backend_for(on: Any = None, pool: WorkerPool | None = None) -> Backend:
