@@ -39,7 +39,7 @@ from ..probes.availability import Unavailable
 from ..probes.cgroup import memory_cgroup, read_oom_kills
 from .errors import IsolationUsageError
 
-__all__ = ['WATCH_INTERVAL_S', 'JobMemoryLimit', 'check_memory_limit', 'rss_of']
+__all__ = ['WATCH_INTERVAL_S', 'JobMemoryLimit', 'check_memory_limit']
 
 logger = logging.getLogger(__name__)
 
@@ -71,7 +71,7 @@ def check_memory_limit(limit: object) -> int | None:
         raise IsolationUsageError(f"memory_limit: {exc}") from None
 
 
-def rss_of(pid: int) -> int | None:
+def _rss_of(pid: int) -> int | None:
     """A process's RSS from ``/proc/<pid>/statm`` (about 10 µs); None where it cannot be read."""
     try:
         with open(f"/proc/{pid}/statm", "rb") as statm:
@@ -85,7 +85,7 @@ class JobMemoryLimit:
 
     Example:
         >>> limit = JobMemoryLimit(2 * 2**30)
-        >>> limit.watch(lambda: rss_of(os.getpid())) is None     # this process is far below 2 GiB
+        >>> limit.watch(lambda: _rss_of(os.getpid())) is None     # this process is far below 2 GiB
         True
         >>> limit.release()
     """
@@ -109,7 +109,7 @@ class JobMemoryLimit:
     def enter(self, pid: int) -> None:
         """Put the worker into a cgroup of its own, before the job is sent; says in ``how`` what held."""
         _sweep_leftovers()
-        self.start_rss_bytes = rss_of(pid) or 0
+        self.start_rss_bytes = _rss_of(pid) or 0
         watch = self._watch_words()
         try:
             self.cgroup, self._oom_file = _make_cgroup(self.limit_bytes + self.start_rss_bytes)

@@ -107,7 +107,7 @@ class LocalBackend:
     def __init__(self, pool: ProcessSource, request: Callable[[Job], RunJob] = RunJob.here) -> None:
         self.pool = pool
         self.request = request
-        self.selector = selectors.DefaultSelector()
+        self.selector: selectors.BaseSelector = selectors.DefaultSelector()
 
     @property
     def capacity(self) -> int:
@@ -116,7 +116,8 @@ class LocalBackend:
     # --- the seam ----------------------------------------------------------------------------
 
     def open(self, runs: list[JobRun]) -> None:
-        pass
+        """A selector of its own for each drive: a backend may drive several in turn (a map's passes)."""
+        self.selector = selectors.DefaultSelector()
 
     def start(self, run: JobRun) -> None:
         run.begin()

@@ -124,7 +124,7 @@ class JobProcess:
     def resident_bytes(self) -> int | None:
         """Its RSS read the cheap way (``/proc/<pid>/statm``, about 10 µs), for a memory limit's
         watch; None where it cannot be read."""
-        return job_memory.rss_of(self.pid)
+        return job_memory._rss_of(self.pid)
 
     def enter_memory_limit(self, limit: JobMemoryLimit) -> None:
         """Hold ``limit`` for this process from now on (a cgroup of its own where one can be made)."""

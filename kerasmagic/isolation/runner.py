@@ -135,7 +135,8 @@ class Backend(Protocol):
         resources decide)."""
 
     def open(self, runs: list[JobRun]) -> None:
-        """Before the first start (connect to a cluster); what it raises ends the drive, nothing ran."""
+        """Before the first start of a drive (connect to a cluster); what it raises ends the drive, nothing
+        ran. A backend may drive several times in turn: each drive opens and closes it."""
 
     def start(self, run: JobRun) -> None:
         """Start the run (it is counted as running from here: a Ctrl-C cancels it)."""

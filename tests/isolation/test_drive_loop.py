@@ -282,6 +282,17 @@ def test_the_first_failure_stops_the_others_and_cancels_the_rest(folder):
     assert len(pool.processes) == 2 and pool.processes[1].killed  # the third never started
 
 
+def test_one_backend_drives_again_after_a_drive(folder):
+    # isolated_map's passes (its retries) drive the same backend in turn.
+    pool = ScriptedPool([ready(), expect_job(), exit_with(-9)],
+                        [ready(), expect_job(), done(value="retried"), exit_with(0)])
+    backend = LocalBackend(pool)
+    first, second = (JobRun(Job("function", folder()), SPEC, IsolatedResult(f"attempt {i}")) for i in (1, 2))
+    drive([first], backend, stop_on_error=False)
+    drive([second], backend)
+    assert (first.result.status, second.result.status, second.result.value) == ("crash", "ok", "retried")
+
+
 def test_collecting_goes_on_past_a_failure(folder):
     pool = ScriptedPool([ready(), expect_job(), exit_with(-9)],
                         [ready(), expect_job(), done(value=2), exit_with(0)])

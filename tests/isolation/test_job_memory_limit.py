@@ -135,7 +135,7 @@ def test_where_the_watch_sees_nothing_the_jobs_cgroup_holds_the_limit(monkeypatc
     why = _can_make_cgroups()
     if why is not None:
         pytest.skip(f"no memory cgroup can be made here: {why}")
-    monkeypatch.setattr(job_memory, "rss_of", lambda pid: None)
+    monkeypatch.setattr(job_memory, "_rss_of", lambda pid: None)
     with pytest.raises(IsolatedOutOfMemory) as info:
         run_isolated(allocate_at_once, args=(2048,), memory_limit="300MiB", quiet=True)
     error, result = info.value, info.value.result

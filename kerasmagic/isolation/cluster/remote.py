@@ -281,6 +281,7 @@ class RayBackend:
         """Connect (or use the connection), and start an agent on every node that has none."""
         session, note = cluster_session(self.target)
         self.session, self.ray = session, session.ray
+        self.uploaded, self.users = {}, {}  # per drive: a backend may drive several in turn (a map's passes)
         for run in runs:
             run.result.on = "ray"
             run.result.cluster_note = note
