@@ -143,10 +143,14 @@ class LocalBackend:
         return True
 
     def cancel(self, run: JobRun, why: str) -> None:
-        if why == "interrupt":
-            run.attempt.interrupt()
+        process = run.attempt
+        if why == "interrupt" and process is not None:
+            process.interrupt()
+        elif why == "interrupt":  # a Ctrl-C before its process was asked for
+            run.fail(interrupted(run.result, "the isolated worker"))
         else:
-            run.attempt.stop()
+            if process is not None:
+                process.stop()
             run.cancel()
 
     def release(self, run: JobRun) -> None:
@@ -163,6 +167,7 @@ class LocalBackend:
         result = run.result
         result.pool_size = self.pool.size
         result.pool_idle_workers, result.pool_idle_rss_bytes = self.pool.idle_cost()
+        run.attempt = None  # it refers to the run: no cycle left for the garbage collector to find
 
     def close(self) -> None:
         self.selector.close()

@@ -67,7 +67,7 @@ class JobRun:
         self.run_started = 0.0
         self.deadline: float | None = None
         self.expired = False  # ended from another thread as if its timeout had passed (expire())
-        self.attempt: Any = None
+        self.attempt: Any = None  # the backend's, from its start to its release
         self.memory_limit = None if job.memory_limit_bytes is None else JobMemoryLimit(job.memory_limit_bytes)
         result.frameworks = list(spec.preload)
         result.memory_limit_bytes = job.memory_limit_bytes
