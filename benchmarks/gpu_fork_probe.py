@@ -15,7 +15,7 @@ import sys
 STAGE = r"""
 import json, os, sys
 def facts(label):
-    from kerasmagic.isolation.template import thread_states, framework_problems, ForkSafety, cuda_driver_state
+    from kerasmagic.isolation.fork_safety import thread_states, framework_problems, ForkSafety, cuda_driver_state
     maps = open('/proc/self/maps').read()
     return {"label": label, "libcuda_mapped": "libcuda.so" in maps,
             "threads": sorted({name for name, _ in thread_states().values()}),

@@ -13,13 +13,14 @@ from typing import Any
 from ..errors import KerasMagicUsageError, check_seed, check_timeout
 from ..probes.process import rss_bytes
 from .cell_names import analyse
+from .dispatch import run_job
 from .errors import IsolationUsageError
 from .gpu_figures import kernel_gpu_figures
+from .job import Job
 from .job_memory import check_memory_limit
-from .pool import check_preload, worker_spec
 from .result import IsolatedResult
-from .runner import Job, run_job
 from .shipping import ShippingError, describe, encode, make_job_directory
+from .spec import check_preload, worker_spec
 
 __all__ = ['run_isolated']
 

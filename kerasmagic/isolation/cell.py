@@ -17,11 +17,12 @@ from ..compat import semicolon_at_end_of_expression
 from ..ipython_names import ipython_machinery_role, is_ipython_name, new_variable_name_problem
 from .api import check_code, check_gpu, check_options, check_target, prepare_job
 from .cell_names import CellNames, analyse, uses_get_ipython
+from .dispatch import run_job
 from .errors import IsolationUsageError
+from .job import Job
 from .job_memory import check_memory_limit
-from .pool import check_preload, worker_spec
 from .result import IsolatedResult
-from .runner import Job, run_job
+from .spec import check_preload, worker_spec
 
 __all__ = ['run_cell_isolated']
 

@@ -31,6 +31,7 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 
 from ..errors import KerasMagicUsageError
 from ..limits import parse_size
@@ -71,6 +72,7 @@ def check_memory_limit(limit: object) -> int | None:
 
 
 def _rss_of(pid: int) -> int | None:
+    """A process's RSS from ``/proc/<pid>/statm`` (about 10 µs); None where it cannot be read."""
     try:
         with open(f"/proc/{pid}/statm", "rb") as statm:
             return int(statm.read().split()[1]) * _PAGE_SIZE
@@ -83,7 +85,7 @@ class JobMemoryLimit:
 
     Example:
         >>> limit = JobMemoryLimit(2 * 2**30)
-        >>> limit.over(os.getpid()) is None          # this process is far below 2 GiB
+        >>> limit.watch(lambda: _rss_of(os.getpid())) is None     # this process is far below 2 GiB
         True
         >>> limit.release()
     """
@@ -108,8 +110,7 @@ class JobMemoryLimit:
         """Put the worker into a cgroup of its own, before the job is sent; says in ``how`` what held."""
         _sweep_leftovers()
         self.start_rss_bytes = _rss_of(pid) or 0
-        watch = (f"its growth over the {self.start_rss_bytes / 2**20:.0f} MiB it started with watched every "
-                 f"{WATCH_INTERVAL_S:g} s")
+        watch = self._watch_words()
         try:
             self.cgroup, self._oom_file = _make_cgroup(self.limit_bytes + self.start_rss_bytes)
             with open(os.path.join(self.cgroup, "cgroup.procs"), "w") as procs:
@@ -120,7 +121,17 @@ class JobMemoryLimit:
         except (OSError, _NoCgroup) as exc:
             self.release()
             self.cgroup = None
-            self.how = f"{watch} (no memory cgroup: {exc})"
+            self.watch_only(self.start_rss_bytes, str(exc))
+
+    def watch_only(self, start_rss_bytes: int, why: str) -> None:
+        """Hold the limit with the watch alone (``why``: no cgroup could be made), counting from
+        ``start_rss_bytes``, the process's RSS when it received the job."""
+        self.start_rss_bytes = start_rss_bytes
+        self.how = f"{self._watch_words()} (no memory cgroup: {why})"
+
+    def _watch_words(self) -> str:
+        return (f"its growth over the {self.start_rss_bytes / 2**20:.0f} MiB it started with watched every "
+                f"{WATCH_INTERVAL_S:g} s")
 
     def oom_killed(self) -> bool:
         """Whether the kernel's OOM killer acted in the job's cgroup."""
@@ -139,16 +150,19 @@ class JobMemoryLimit:
                 _leftover.append(folder)
 
     # ---- the watch -------------------------------------------------------------------------------
-    def over(self, pid: int, sampled_rss: int | None = None) -> int | None:
-        """What the job added if that reached the limit, else None (RSS read at most every
-        WATCH_INTERVAL_S, or taken from a sample the job sent)."""
+    def watch(self, read_rss: Callable[[], int | None]) -> int | None:
+        """The watch: what the job added if that reached the limit, else None. ``read_rss`` reads the
+        process's RSS (:meth:`~kerasmagic.isolation.processes.JobProcess.resident_bytes`); it is
+        called at most every WATCH_INTERVAL_S."""
         now = time.monotonic()
-        rss = sampled_rss
-        if rss is None:
-            if now < self._next_read:
-                return None
-            self._next_read = now + WATCH_INTERVAL_S
-            rss = _rss_of(pid)
+        if now < self._next_read:
+            return None
+        self._next_read = now + WATCH_INTERVAL_S
+        return self.reading(read_rss())
+
+    def reading(self, rss: int | None) -> int | None:
+        """One RSS reading of the job's process (the watch's, or a sample the job sent): it counts
+        toward the peak; what the job added if that reached the limit, else None."""
         if rss is None:
             return None
         self.last_rss_bytes = rss

@@ -25,14 +25,15 @@ from ..probes.process import rss_bytes
 from ..tables import Report, Section, format_bytes
 from .api import check_gpu, check_options, check_target, encode_named
 from .checkpoint import Checkpoint, ItemRecord, fingerprint_call, store_value
+from .dispatch import Backend, JobRun, backend_for, run_jobs
 from .errors import IsolatedInterrupt, IsolationUsageError, IsolationWarning
 from .gpu_figures import kernel_gpu_figures
+from .job import Job
 from .job_memory import check_memory_limit
-from .pool import check_preload, default_pool, worker_spec
 from .result import IsolatedResult, add_kernel_gpu_rows
 from .retries import RetryPolicy, attempt_record
-from .runner import Job, JobRun, drive
 from .shipping import make_job_directory
+from .spec import check_preload, worker_spec
 
 __all__ = ["IsolatedMapResult", "isolated_map"]
 
@@ -444,14 +445,13 @@ def isolated_map(fn: Callable[[Any], Any], items: Iterable[Any], *, workers: int
     items = list(items)
     gpus = _gpu_plan(gpu, len(items))
     notes: list[str] = []
-    if target is not None:
-        pool = None
+    backend = backend_for(target)
+    if backend.capacity is None:
         at_once = min(workers, max(len(items), 1))  # the cluster's resources decide what really runs at once
     else:
-        pool = default_pool()
-        at_once = min(workers, pool.size, max(len(items), 1))
-        if workers > pool.size:
-            notes.append(f"workers={workers} capped at {pool.size}, the pool's size: "
+        at_once = min(workers, backend.capacity, max(len(items), 1))
+        if workers > backend.capacity:
+            notes.append(f"workers={workers} capped at {backend.capacity}, the pool's size: "
                          f"configure_pool(size={workers}) allows more at once")
     # The checkpoint is opened (locked, checked, read) before anything is sent: a path that cannot be
     # written or a file that does not fit fails here, before any item ran.
@@ -459,7 +459,7 @@ def isolated_map(fn: Callable[[Any], Any], items: Iterable[Any], *, workers: int
     if checkpoint is not None:
         book = Checkpoint.open(os.fspath(checkpoint), fingerprint_call(fn, items), resume=resume)
     try:
-        return _map_items(fn, items, book, policy, workers=workers, at_once=at_once, pool=pool, target=target,
+        return _map_items(fn, items, book, policy, workers=workers, at_once=at_once, backend=backend,
                           gpus=gpus, env=env, seed=seed, on_error=on_error, quiet=quiet, progress=progress,
                           modules=modules, limit_bytes=limit_bytes, timeout=timeout, notes=notes)
     finally:
@@ -468,7 +468,7 @@ def isolated_map(fn: Callable[[Any], Any], items: Iterable[Any], *, workers: int
 
 
 def _map_items(fn: Callable[[Any], Any], items: list[Any], book: Checkpoint | None, policy: RetryPolicy, *,
-               workers: int, at_once: int, pool: Any, target: Any, gpus: list[str | None], env: Any, seed: Any,
+               workers: int, at_once: int, backend: Backend, gpus: list[str | None], env: Any, seed: Any,
                on_error: str, quiet: bool, progress: bool, modules: Any, limit_bytes: int | None,
                timeout: float | None, notes: list[str]) -> IsolatedMapResult:
     """The per-item flow of :func:`isolated_map`: skip what the checkpoint holds, run the rest in
@@ -551,13 +551,7 @@ def _map_items(fn: Callable[[Any], Any], items: list[Any], book: Checkpoint | No
                     bar.update(index, run)
 
             try:
-                if target is not None:
-                    from .cluster.remote import drive_on_ray  # noqa: PLC0415 - the Ray driver loads for on="ray" only
-
-                    drive_on_ray(runs, target, at_once=at_once, stop_on_error=on_error == "raise",
-                                 on_change=on_change)
-                else:
-                    drive(runs, pool=pool, at_once=at_once, stop_on_error=on_error == "raise", on_change=on_change)
+                run_jobs(runs, backend, at_once=at_once, stop_on_error=on_error == "raise", on_change=on_change)
             # The partial summary travels on the exception (documented above): any exception, so an
             # attribute set at run time that no exception class declares.
             except IsolatedInterrupt as exc:

@@ -4,7 +4,8 @@ that the kernel did not grow; plus ``IsolatedHistory``, the History stand-in tha
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from ..probes.availability import Unavailable
@@ -13,7 +14,23 @@ from ..records import NOT_WIRE, Record, wire
 from ..tables import Report, Section, format_bytes
 from .errors import describe_exit
 
-__all__ = ['IsolatedHistory', 'IsolatedResult', 'ShippedName', 'add_kernel_gpu_rows']
+__all__ = ['KERNEL_OWNED', 'IsolatedHistory', 'IsolatedResult', 'ShippedName', 'add_kernel_gpu_rows', 'kernel_owned']
+
+#: The field metadata key of the fields only the kernel knows (:func:`kernel_owned`).
+KERNEL_OWNED = "kernel_owned"
+
+
+def kernel_owned(metadata: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Field metadata (beside ``metadata``, e.g. the wire form's) for a field of a job's report that
+    only the kernel knows: what it sent, its own memory, where the job ran. A Ray node reports the
+    job too; :meth:`IsolatedResult.take_node_report` keeps these and takes every other field.
+
+    Example:
+        >>> kernel_owned({"wire": False})
+        {'wire': False, 'kernel_owned': True}
+    """
+    return {**(metadata or {}), KERNEL_OWNED: True}
+
 
 
 class IsolatedHistory:
@@ -84,16 +101,16 @@ class IsolatedResult(Record, Report):
         'ok'
     """
 
-    label: str = "isolated job"
+    label: str = field(default="isolated job", metadata=kernel_owned())
     status: str = "ok"
-    outputs: dict[str, Any] = field(default_factory=dict, metadata=NOT_WIRE)
-    value: Any = field(default=None, metadata=NOT_WIRE)
+    outputs: dict[str, Any] = field(default_factory=dict, metadata=kernel_owned(NOT_WIRE))
+    value: Any = field(default=None, metadata=kernel_owned(NOT_WIRE))
     error: str | None = None
     wall_s: float = 0.0
     wait_s: float = 0.0
     run_s: float = 0.0
-    ship_in_s: float = 0.0
-    ship_out_s: float = field(default=0.0, metadata=wire(then=("warm",)))
+    ship_in_s: float = field(default=0.0, metadata=kernel_owned())
+    ship_out_s: float = field(default=0.0, metadata=kernel_owned(wire(then=("warm",))))
     #: "warm" (forked from a ready template), "starting" (forked once the template had
     #: imported), "cold" (the template was started for this job) or "fresh" (a fresh
     #: interpreter; ``worker_note`` says why).
@@ -134,38 +151,55 @@ class IsolatedResult(Record, Report):
     child_jax_peak: dict[str, Any] | Unavailable = field(default_factory=dict, metadata=wire("child_jax_peak_bytes"))
     child_jax_pool: dict[str, Any] | Unavailable = field(default_factory=dict, metadata=wire("child_jax_pool_bytes"))
     samples: int = 0
-    kernel_rss_before_bytes: int = 0
-    kernel_rss_after_bytes: int = field(default=0, metadata=wire(then=("kernel_rss_delta_bytes",)))
+    kernel_rss_before_bytes: int = field(default=0, metadata=kernel_owned())
+    kernel_rss_after_bytes: int = field(default=0, metadata=kernel_owned(wire(then=("kernel_rss_delta_bytes",))))
     #: The kernel's GPU bytes before the job and after its values came back, by whose view
     #: (``NVML GPU:0``, ``TF GPU:0 in use``, ``torch cuda:0 allocated``/``reserved``, ``JAX gpu:0
     #: in use``; see :func:`~kerasmagic.isolation.gpu_figures.kernel_gpu_figures`); no key where
     #: the kernel has no such view; the view's name (``torch``) with why where it gave no number
     #: (not started, or an error).
-    kernel_gpu_before: dict[str, int | Unavailable] = field(default_factory=dict,
-                                                            metadata=wire("kernel_gpu_before_bytes"))
-    kernel_gpu_after: dict[str, int | Unavailable] = field(default_factory=dict,
-                                                           metadata=wire("kernel_gpu_after_bytes"))
+    kernel_gpu_before: dict[str, int | Unavailable] = field(
+        default_factory=dict, metadata=kernel_owned(wire("kernel_gpu_before_bytes")))
+    kernel_gpu_after: dict[str, int | Unavailable] = field(
+        default_factory=dict, metadata=kernel_owned(wire("kernel_gpu_after_bytes")))
     #: The values that came back and live on a GPU of the kernel, with their devices.
-    returned_on_gpu: dict[str, list[str]] = field(default_factory=dict)
+    returned_on_gpu: dict[str, list[str]] = field(default_factory=dict, metadata=kernel_owned())
     pool_size: int = 0
     pool_idle_workers: int = 0
     pool_idle_rss_bytes: int | Unavailable = 0
-    sent: list[ShippedName] = field(default_factory=list)
-    returned: list[ShippedName] = field(default_factory=list)
-    not_returned: dict[str, str] = field(default_factory=dict)
+    sent: list[ShippedName] = field(default_factory=list, metadata=kernel_owned())
+    returned: list[ShippedName] = field(default_factory=list, metadata=kernel_owned())
+    #: Kernel-owned, and a node's report adds its own (what the node could not send).
+    not_returned: dict[str, str] = field(default_factory=dict, metadata=kernel_owned())
     last_output: str = field(default="", metadata=NOT_WIRE)
     first_output_ts: float | None = field(default=None, metadata=NOT_WIRE)
     finished_ts: float | None = field(default=None, metadata=NOT_WIRE)
     #: Where it ran: "local" (a process of this machine's pool) or "ray" (a node of a cluster).
-    on: str = "local"
+    on: str = field(default="local", metadata=kernel_owned())
     #: On a cluster: the node's ``node_id``, ``ip``, ``hostname`` and the GPUs Ray gave the job.
-    node: dict[str, Any] = field(default_factory=dict)
+    node: dict[str, Any] = field(default_factory=dict, metadata=kernel_owned())
     #: On a cluster: the node agent's pid and its templates when the job ended.
-    agent: dict[str, Any] | None = field(default_factory=dict)
+    agent: dict[str, Any] | None = field(default_factory=dict, metadata=kernel_owned())
     #: On a cluster: what connecting did, when it did something (started a local cluster).
-    cluster_note: str = ""
+    cluster_note: str = field(default="", metadata=kernel_owned())
     #: Names the job in the kernel's events (``isolated_started``/``_sample``/``_done``).
-    job_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+    job_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12], metadata=kernel_owned())
+
+    def take_node_report(self, node: IsolatedResult) -> None:
+        """Take a Ray node's report of this job (times, peaks, the template's state), keeping what only
+        the kernel knows (the fields marked :func:`kernel_owned`: what it sent, its own memory, where
+        the job ran); what the node could not send joins ``not_returned``.
+
+        Example:
+            >>> kernel = IsolatedResult("cell [3]", kernel_rss_before_bytes=100)
+            >>> kernel.take_node_report(IsolatedResult("on the node", run_s=2.0, not_returned={"m": "a module"}))
+            >>> kernel.label, kernel.kernel_rss_before_bytes, kernel.run_s, kernel.not_returned
+            ('cell [3]', 100, 2.0, {'m': 'a module'})
+        """
+        for item in fields(self):
+            if not item.metadata.get(KERNEL_OWNED):
+                setattr(self, item.name, getattr(node, item.name))
+        self.not_returned.update(node.not_returned)
 
     @property
     def warm(self) -> bool:

@@ -10,6 +10,9 @@
   array is written once and never copied through a pipe.
 
 Each name is encoded on its own, so that a failure names the one value that cannot travel.
+An encoded value (a *spec*) is a small dict whose ``format`` says how it travels (``pickle``,
+``keras``, ``history``, ``module``); it rides inside the job's messages
+(:mod:`kerasmagic.isolation.messages`), whose own discriminator is ``kind``.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import tempfile
 import types
 from typing import Any
 
+from .leftovers import owned_prefix
 from .result import IsolatedHistory, ShippedName
 
 #: Buffers at least this large go to files; smaller ones stay inside the pickle.
@@ -93,8 +97,8 @@ def make_job_directory() -> str:
                 parent = "/dev/shm"
         except OSError:
             parent = None
-    # Named after this kernel: a later pool removes the folders of kernels that are gone.
-    return tempfile.mkdtemp(prefix=f"kerasmagic-isolated-{os.getpid()}-", dir=parent)
+    # Named after this kernel: a later template removes the folders of kernels that are gone.
+    return tempfile.mkdtemp(prefix=owned_prefix("isolated"), dir=parent)
 
 
 def _keras_model_module(value: Any) -> str | None:
@@ -168,7 +172,7 @@ def _pickle(name: str, value: Any, directory: str) -> dict[str, Any]:
             os.unlink(path)
         raise ShippingError(name, why_unpicklable(value, exc)) from None
     size = len(data) + sum(os.path.getsize(p) for p in buffer_paths)
-    spec: dict[str, Any] = {"kind": "pickle", "buffers": buffer_paths, "size_bytes": size}
+    spec: dict[str, Any] = {"format": "pickle", "buffers": buffer_paths, "size_bytes": size}
     if len(data) >= INLINE_MAX_BYTES:
         path = f"{stem}.pickle"
         with open(path, "wb") as handle:
@@ -188,12 +192,12 @@ def encode(name: str, value: Any, directory: str) -> dict[str, Any]:
     Example:
         >>> folder = make_job_directory()
         >>> spec = encode("x", [1, 2, 3], folder)
-        >>> spec["kind"], decode(spec)
+        >>> spec["format"], decode(spec)
         ('pickle', [1, 2, 3])
         >>> shutil.rmtree(folder)         # the runner removes a job's folder when the job ends
     """
     if isinstance(value, types.ModuleType):
-        return {"kind": "module", "name": value.__name__, "size_bytes": 0}
+        return {"format": "module", "name": value.__name__, "size_bytes": 0}
     keras_module = _keras_model_module(value)
     if keras_module is not None:
         path = os.path.join(directory, f"{_file_stem(name)}-{os.getpid()}-{id(value):x}.keras")
@@ -204,10 +208,10 @@ def encode(name: str, value: Any, directory: str) -> dict[str, Any]:
                 return _pickle(name, value, directory)
             except ShippingError:
                 raise ShippingError(name, f"saving the Keras model failed ({type(exc).__name__}: {exc})") from None
-        return {"kind": "keras", "module": keras_module, "path": path, "size_bytes": os.path.getsize(path)}
+        return {"format": "keras", "module": keras_module, "path": path, "size_bytes": os.path.getsize(path)}
     if _is_keras_history(value):
         return {
-            "kind": "history",
+            "format": "history",
             "history": {str(k): _float_list(v) for k, v in dict(value.history).items()},
             "epoch": list(getattr(value, "epoch", [])),
             "params": dict(getattr(value, "params", None) or {}),
@@ -233,12 +237,12 @@ def decode(spec: dict[str, Any], *, guard: bool = False) -> Any:
     :data:`GUARDED_FRAMEWORKS` that this process has not imported raises
     :class:`FrameworkNotImported` instead, and nothing is imported.
     """
-    kind = spec["kind"]
-    if kind == "module":
+    format_ = spec["format"]
+    if format_ == "module":
         if guard:
             _refuse_unimported(spec["name"])
         return importlib.import_module(spec["name"])
-    if kind == "keras":
+    if format_ == "keras":
         if guard:
             _refuse_unimported(spec["module"])
         module = importlib.import_module(spec["module"])
@@ -246,7 +250,7 @@ def decode(spec: dict[str, Any], *, guard: bool = False) -> Any:
         # safe mode would refuse models with Lambda layers.
         return module.saving.load_model(spec["path"], safe_mode=False) if hasattr(module, "saving") \
             else module.models.load_model(spec["path"], safe_mode=False)
-    if kind == "history":
+    if format_ == "history":
         return IsolatedHistory(spec["history"], spec["epoch"], spec["params"])
     if "path" in spec:
         with open(spec["path"], "rb") as handle:
@@ -261,7 +265,7 @@ def decode(spec: dict[str, Any], *, guard: bool = False) -> Any:
 
 def describe(name: str, spec: dict[str, Any]) -> ShippedName:
     """How ``spec`` travelled, for the report."""
-    how = spec["kind"]
+    how = spec["format"]
     if how == "pickle" and spec.get("buffers"):
         how = f"pickle + {len(spec['buffers'])} out-of-band buffer file(s)"
     elif how == "keras":

@@ -1,5 +1,6 @@
 """The template: a fresh interpreter that imports the frameworks once, never runs an op, and
-forks one child per isolated job.
+forks one child per isolated job; both of its sides live here, the kernel's handle on it
+(:class:`TemplateHandle`) and its own loop (:class:`TemplateServer`).
 
 Why a fork and not a worker per job: a job's worker had to pay the framework import
 (3-5 s for TensorFlow on two cores, 13-18 s for torch + JAX on a GPU machine), so a loop of
@@ -7,224 +8,362 @@ short folds ran at a fifth of in-process speed. A fork of a process that has *im
 TensorFlow, Keras, torch or JAX but never started their runtimes is safe and costs
 milliseconds; a fork after a runtime started hangs or fails (TensorFlow's thread pools,
 "CUDA error: initialization error"). So the template runs no op, and before every fork it
-checks that this still holds (:func:`fork_safety_problem`); when a check fails it refuses,
-the kernel retires it and runs that job in a fresh interpreter instead, saying why.
+checks that this still holds (:mod:`kerasmagic.isolation.fork_safety`); when a check fails it
+refuses, the kernel retires it and runs that job in a fresh interpreter instead, saying why.
 
-Started by the pool as ``python -c "from kerasmagic.isolation.template import main; main()"
+The handle starts it as ``python -c "from kerasmagic.isolation.template import main; main()"
 --control-fd N --watch-fd M --parent-pid P --preload tensorflow,keras --log PATH`` (not ``-m``:
-runpy would run a second copy of this module, which the package has imported already). It is
-single-threaded on purpose (a thread of ours would be one more thing to prove idle at fork
-time): one ``select`` loop over the control socket (fork requests with the job's file
-descriptors, sent with ``SCM_RIGHTS``), the kernel's watch pipe (EOF: the kernel is gone) and
+runpy would run a second copy of this module, which the package has imported already), and
+talks to it over a control socket (``SOCK_SEQPACKET``: :data:`~kerasmagic.isolation.messages.CONTROL_CHANNEL`).
+The server is single-threaded on purpose (a thread of ours would be one more thing to prove
+idle at fork time): one ``select`` loop over the control socket (fork requests with the job's
+file descriptors, sent with ``SCM_RIGHTS``), the kernel's lifeline (EOF: the kernel is gone) and
 a SIGCHLD wake-up pipe (a child ended: its exit status goes to the kernel, which is not its
 parent). A forked child leaves that loop by an exception (:class:`ForkedChild`) and runs its
-job from :func:`main`, near the top of the stack.
+job from :func:`main` (:func:`kerasmagic.isolation.child.worker.serve_forked_job`), near the top
+of the stack; the child imports nothing back from this module.
 """
 
 from __future__ import annotations
 
 import argparse
-import ctypes
 import gc
+import itertools
+import logging
 import os
-import pickle
 import select
 import shutil
 import signal
 import socket
+import subprocess
 import sys
-import tempfile
+import threading
 import time
 import traceback
+from collections.abc import Callable
+from concurrent.futures import Future
+from multiprocessing.connection import Connection
 from typing import Any
 
-from ..compat import display_functions_module
-from ..probes import jax_devices as jax_probe
-from ..probes import torch_cuda as torch_probe
+from ..probes.availability import Unavailable
 from ..probes.process import child_pids, rss_bytes
+from .fork_safety import ForkSafety
+from .leftovers import log_file, our_folders, owner_lock_path, read_tail, sweep_orphans
+from .lifeline import PARENT_GONE_EXIT, become_subreaper, lifeline_pipe, set_parent_death_signal
+from .messages import (
+    CONTROL_CHANNEL,
+    Exited,
+    Fork,
+    Forked,
+    ImportFailed,
+    Message,
+    MessageError,
+    Ready,
+    Reap,
+    Refused,
+    Retire,
+    dumps,
+)
+from .processes import ForkedWorker, process_env, start_directory
+from .spec import WorkerSpec, modules_present, preload
 
-#: Exit status of a template (or forked child) that found the kernel gone.
-PARENT_GONE_EXIT = 75
-#: Exit status of a job's process that could not send its last message: the job closed the
-#: channel's descriptor (``os.closerange``), so nothing it made can go back.
-CHANNEL_LOST_EXIT = 74
+__all__ = ["MAX_CONTROL_BYTES", "ForkRefused", "TemplateFailed", "TemplateHandle", "TemplateServer", "main"]
+
+logger = logging.getLogger(__name__)
+
 #: The largest control message (a fork request: the job's environment and folder).
 MAX_CONTROL_BYTES = 1 << 20
-#: Environment variables that no framework reads at import time, only when its runtime or
-#: device starts, i.e. in the child after the fork. A job that sets only these can be forked
-#: from the kernel's own template instead of needing a template of its own.
-LATE_ENV = frozenset({
-    "CUDA_VISIBLE_DEVICES", "TF_GPU_ALLOCATOR", "TF_FORCE_GPU_ALLOW_GROWTH",
-    "XLA_PYTHON_CLIENT_PREALLOCATE", "XLA_PYTHON_CLIENT_MEM_FRACTION", "XLA_PYTHON_CLIENT_ALLOCATOR",
-    "PYTORCH_CUDA_ALLOC_CONF",
-})
-#: The heavy modules a template imports when the kernel has them (or a job imported them: the
-#: pool learns), in the order it imports them; what a job imports of these is in its report.
-PRELOADABLE = ("numpy", "pandas", "tensorflow", "tf_keras", "keras", "jax", "torch", "matplotlib.pyplot", "sklearn")
-#: What the CUDA driver API returns before ``cuInit`` (CUDA_ERROR_NOT_INITIALIZED).
-_CUDA_ERROR_NOT_INITIALIZED = 3
 
 
-def set_parent_death_signal(signum: int = signal.SIGTERM) -> None:
-    """Ask Linux to send ``signum`` when this process's parent thread ends (no-op elsewhere).
+class TemplateFailed(Exception):
+    """The template died while importing; ``error`` is the Python exception, when it said one."""
 
-    SIGTERM, with a handler that cleans up, rather than SIGKILL: a process killed outright
-    leaves what it started (a job's subprocess, the job's folder) behind.
-    """
-    if sys.platform.startswith("linux"):
+    def __init__(self, message: str, error: str | None = None, log: str = "") -> None:
+        super().__init__(message)
+        self.error = error
+        self.log = log
+
+
+class ForkRefused(Exception):
+    """The template would not fork (a fork-safety check failed); ``reason`` says which."""
+
+    def __init__(self, reason: str, retire: bool = True) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.retire = retire  # False: this fork failed (fork() itself), the template stays
+
+
+# --- the kernel's side: the handle on a template process --------------------------------
+
+
+class TemplateHandle:
+    """The kernel's handle on one template process (for one import-time environment), and the
+    thread reading its news: starting it, asking it for forks, retiring and killing it."""
+
+    _job_ids = itertools.count(1)
+
+    def __init__(self, spec: WorkerSpec, on_end: Callable[[TemplateHandle], None]) -> None:
+        self.spec = spec
+        self.state = "starting"  # -> "ready" -> "retired" | "failed" | "dead"
+        self.ready: Future = Future()
+        self.ready_info: Ready | None = None
+        self.pid: int | None = None
+        self.process: subprocess.Popen | None = None
+        self.last_used = time.monotonic()
+        self.log_path = ""
+        self._on_end = on_end
+        self._lock = threading.Lock()
+        self._pending: dict[int, tuple[Future, socket.socket, int, int]] = {}
+        self._exits: dict[int, int] = {}
+        self._children: set[int] = set()
+        self._control: socket.socket | None = None
+        self._watch_write: int | None = None
+        self._close_lock = threading.Lock()
+        self._killed = False
+        self.waiting: set[int] = set()  # ids of launches waiting for this template's imports
+
+    def start(self) -> None:
+        """Start the process (on the pool thread). Raises OSError when it cannot be started."""
+        if self._killed:
+            raise RuntimeError("the template was stopped before it started")
+        # Not only when the pool is made: a kernel that died while this one ran (killed while
+        # its template imported, or a zombie its server had not reaped yet when this pool was
+        # made) left files that nothing else will remove (issue 23, fault 5).
+        sweep_orphans()
+        control, child_control = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        watch_read, watch_write = lifeline_pipe()
+        self.log_path = log_file("template")
+        env = process_env(self.spec.template_env())
+        # Keras' torch backend asks torch.cuda.is_available() at import, which initialises
+        # the CUDA driver, and no child of a process with a live driver can use CUDA. Asked
+        # through NVML instead, the answer is the same and the driver stays untouched.
+        env.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
         try:
-            ctypes.CDLL(None, use_errno=True).prctl(1, signum)  # 1 = PR_SET_PDEATHSIG
-        except (OSError, AttributeError):
-            pass  # the watch pipe still covers us
+            with open(self.log_path, "wb") as log:
+                self.process = subprocess.Popen(
+                    # -c, not -m: runpy would run a second copy of the module the package
+                    # already imported (and warn into the log), two frames deeper.
+                    [sys.executable, "-c", "from kerasmagic.isolation.template import main; main()",
+                     "--control-fd", str(child_control.fileno()), "--watch-fd", str(watch_read),
+                     "--parent-pid", str(os.getpid()), "--preload", ",".join(self.spec.preload),
+                     "--learned", ",".join(self.spec.learned),
+                     "--log", self.log_path],
+                    pass_fds=(child_control.fileno(), watch_read),
+                    stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                    env=env, cwd=start_directory(), start_new_session=True,
+                )
+        except BaseException:
+            control.close()
+            os.close(watch_write)
+            os.unlink(self.log_path)
+            raise
+        finally:
+            child_control.close()
+            os.close(watch_read)
+        self.pid = self.process.pid
+        self._control = control
+        self._watch_write = watch_write
+        threading.Thread(target=self._read, name=f"kerasmagic-isolation-template-{self.pid}", daemon=True).start()
 
+    def _read(self) -> None:
+        control = self._control
+        while control is not None:
+            try:
+                data = control.recv(MAX_CONTROL_BYTES)
+            except OSError:
+                data = b""
+            if not data:
+                break
+            try:
+                self._handle(CONTROL_CHANNEL.loads(data))
+            except Exception:  # one bad message must not stop the reader
+                logger.exception("kerasmagic: bad message from isolation template %s", self.pid)
+        self._ended()
 
-_PR_SET_CHILD_SUBREAPER = 36
+    def _handle(self, message: Message) -> None:
+        if isinstance(message, Ready):
+            self.ready_info = message
+            self.state = "ready"
+            self.ready.set_result(self)
+        elif isinstance(message, ImportFailed):
+            self.state = "failed"
+            self.ready.set_exception(TemplateFailed(message.error, message.error, message.traceback))
+        elif isinstance(message, (Forked, Refused)):
+            with self._lock:
+                future, parent_channel, out_read, err_read = self._pending.pop(message.job_id)
+            if isinstance(message, Refused):
+                retire = message.retire
+                if retire and self.state == "ready":
+                    self.state = "retired"
+                for fd in (out_read, err_read):
+                    os.close(fd)
+                parent_channel.close()
+                if future.set_running_or_notify_cancel():
+                    future.set_exception(ForkRefused(message.reason, retire))
+                return
+            pid = message.pid
+            with self._lock:
+                self._children.add(pid)
+            worker = ForkedWorker(self.spec, self, pid, Connection(parent_channel.detach()), out_read, err_read)
+            if not future.set_running_or_notify_cancel():
+                # Nobody waits for it any more (timed out, interrupted). Signal only: waiting
+                # for its exit here would wait for this very thread to read the news.
+                worker.end_group()
+                threading.Thread(target=self._collect, args=(worker,), daemon=True,
+                                 name=f"kerasmagic-isolation-collect-{pid}").start()
+                return
+            future.set_result(worker)
+        elif isinstance(message, Exited):
+            with self._lock:
+                self._exits[message.pid] = message.returncode  # type: ignore[assignment]
+                self._children.discard(message.pid)
+            self.last_used = time.monotonic()
+        else:
+            raise MessageError(f"a template sends ready, failed, forked, refused and exited, not {message.kind!r}")
 
+    def _ended(self) -> None:
+        """The template process is gone (or we closed it): fail whoever still waits."""
+        if self.state != "failed":
+            self.state = "dead"
+        if not self.ready.done():
+            code = self.process.wait() if self.process is not None else None
+            self.ready.set_exception(TemplateFailed(
+                f"the template process exited with code {code} while importing", None, read_tail(self.log_path)))
+        with self._lock:
+            pending, self._pending = self._pending, {}
+        for future, channel, out_read, err_read in pending.values():
+            channel.close()
+            for fd in (out_read, err_read):
+                os.close(fd)
+            if future.set_running_or_notify_cancel():
+                future.set_exception(ForkRefused("the template process ended"))
+        self._on_end(self)
 
-def become_subreaper() -> bool:
-    """Make orphans among this process's descendants its children instead of PID 1's (Linux 3.4+).
+    def _collect(self, worker: ForkedWorker) -> None:
+        worker.kill()
+        self.done_with(worker.pid)
 
-    Why: a job's ``subprocess.Popen(..., start_new_session=True)`` leaves the job's process
-    group, so ending the group missed it, and when the job ended it was adopted by PID 1 and
-    ran on (issue 23, fault 6). With the template and each job subreapers, what a running job
-    orphans stays under the job, and what a finished or killed job leaves behind is adopted
-    by the template, which ends it (:meth:`Template.end_orphans`). Not inherited by a fork: the
-    job sets it again. False where it cannot be set.
-    """
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        return ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
-    except (OSError, AttributeError):
-        return False
-
-
-def thread_states() -> dict[int, tuple[str, str]]:
-    """This process's threads: ``{tid: (name, state)}`` from ``/proc/self/task`` (Linux).
-
-    Example:
-        >>> main = thread_states()[os.getpid()]
-        >>> main[1] in "RS"
-        True
-    """
-    states: dict[int, tuple[str, str]] = {}
-    try:
-        tids = os.listdir("/proc/self/task")
-    except OSError:
-        return states
-    for tid in tids:
+    def fork(self, spec: WorkerSpec, directory: str) -> Future:
+        """Ask for a child for one job; the future gives a :class:`ForkedWorker` or ForkRefused."""
+        future: Future = Future()
+        made: list[Any] = []
         try:
-            with open(f"/proc/self/task/{tid}/stat", "rb") as handle:
-                stat = handle.read().decode(errors="replace")
-        except OSError:
-            continue  # the thread ended while we looked
-        name = stat[stat.index("(") + 1:stat.rindex(")")]
-        state = stat[stat.rindex(")") + 2:].split(" ", 1)[0]
-        states[int(tid)] = (name, state)
-    return states
+            parent_channel, child_channel = socket.socketpair()
+            made += [parent_channel, child_channel]
+            out_read, out_write = os.pipe()
+            made += [out_read, out_write]
+            err_read, err_write = os.pipe()
+        except OSError as exc:  # EMFILE: out of file descriptors
+            for item in made:
+                item.close() if isinstance(item, socket.socket) else os.close(item)
+            future.set_exception(ForkRefused(f"no file descriptors left for the job's channels ({exc}); "
+                                             "raise `ulimit -n`", retire=False))
+            return future
+        job_id = next(self._job_ids)
+        request = Fork(job_id=job_id, env=spec.late_env(), directory=directory)
+        with self._lock:
+            self._pending[job_id] = (future, parent_channel, out_read, err_read)
+        self.last_used = time.monotonic()
+        try:
+            if self._control is None or self.state != "ready":
+                raise OSError("the template is not running")
+            socket.send_fds(self._control, [dumps(request)],
+                            [child_channel.fileno(), out_write, err_write])
+        except OSError as exc:
+            with self._lock:
+                entry = self._pending.pop(job_id, None)
+            if entry is not None:
+                parent_channel.close()
+                os.close(out_read)
+                os.close(err_read)
+                future.set_exception(ForkRefused(f"the template could not be reached ({exc})"))
+        finally:
+            child_channel.close()
+            os.close(out_write)
+            os.close(err_write)
+        return future
+
+    def exit_code(self, pid: int) -> int | None:
+        with self._lock:
+            return self._exits.get(pid)
+
+    def done_with(self, pid: int) -> None:
+        """The kernel has ended the job's group: the template may collect the zombie now."""
+        with self._lock:
+            self._exits.pop(pid, None)
+        if self._control is not None:
+            try:
+                self._control.send(dumps(Reap(pid=pid)))
+            except OSError:
+                pass  # the template is gone, and its zombies with it
+
+    def busy(self) -> bool:
+        with self._lock:
+            return bool(self._children or self._pending)
+
+    def retire(self) -> None:
+        """Take no more jobs; the process exits once its running children have ended."""
+        if self.state in ("starting", "ready"):
+            self.state = "retired"
+        if self._control is not None:
+            try:
+                self._control.send(dumps(Retire()))
+            except OSError:
+                pass
+
+    def kill(self) -> None:
+        """End the template and every child it still has, now. Safe to call twice."""
+        self._killed = True  # a start() still queued on the pool thread will not happen
+        with self._lock:
+            children = list(self._children)
+        for pid in children:
+            for kill in (os.killpg, os.kill):
+                try:
+                    kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+        if self.process is not None and self.process.poll() is None:
+            try:
+                self.process.kill()
+            except OSError:
+                pass
+        self.close()
+
+    def close(self) -> None:
+        if self.process is not None:
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                logger.warning("isolation template %s did not exit after SIGKILL", self.pid)
+        with self._close_lock:
+            self._close_channels()
+
+    def _close_channels(self) -> None:
+        if self._control is not None:
+            try:
+                self._control.shutdown(socket.SHUT_RDWR)  # wakes the reader thread, which then ends
+            except OSError:
+                pass
+            self._control.close()
+        if self._watch_write is not None:
+            os.close(self._watch_write)
+            self._watch_write = None
+        if self.log_path:
+            try:
+                os.unlink(self.log_path)
+            except OSError:
+                pass
+
+    def rss_bytes(self) -> int | Unavailable:
+        try:
+            import psutil
+
+            return psutil.Process(self.pid).memory_info().rss
+        except Exception as exc:  # noqa: BLE001 - it may exit between two lines
+            return Unavailable("error", f"reading the template's RSS failed: {exc}")
 
 
-def cuda_driver_state() -> str:
-    """``"not loaded"``, ``"not initialised"`` or ``"initialised (code N)"``, asking without initialising.
-
-    A child forked from a process whose CUDA driver was initialised cannot use CUDA
-    ("CUDA error: initialization error"). Importing torch maps libcuda and starts one of
-    its threads even when nothing initialises it (seen on an H100 with torch 2.11), so
-    neither the mapping nor the threads tell; ``cuCtxGetCurrent`` does: before ``cuInit``
-    it returns CUDA_ERROR_NOT_INITIALIZED, and it initialises nothing itself. The library
-    is only looked up if already loaded (``RTLD_NOLOAD``): the check never loads it.
-
-    Example:
-        >>> cuda_driver_state()     # a process that never touched CUDA
-        'not loaded'
-    """
-    try:
-        with open("/proc/self/maps") as maps:
-            mapped = sorted({line.split()[-1] for line in maps if "libcuda.so" in line})
-    except OSError:
-        mapped = []
-    if not mapped:
-        return "not loaded"
-    try:
-        library = ctypes.CDLL(mapped[0], mode=os.RTLD_NOLOAD | os.RTLD_LAZY)
-        context = ctypes.c_void_p()
-        code = library.cuCtxGetCurrent(ctypes.byref(context))
-    except (OSError, AttributeError) as exc:
-        return f"initialised? (cannot ask: {exc})"
-    return "not initialised" if code == _CUDA_ERROR_NOT_INITIALIZED else f"initialised (code {code})"
-
-
-def _cuda_driver_problem() -> str | None:
-    state = cuda_driver_state()
-    if state in ("not loaded", "not initialised"):
-        return None
-    return f"the CUDA driver was {state} in the template"
-
-
-def framework_problems() -> list[str]:
-    """Why forking this process now would not be safe, per framework ([] when it is).
-
-    Each check reads state only; none starts a runtime.
-
-    Example:
-        >>> framework_problems()    # a process that imported no framework
-        []
-    """
-    problems = []
-    context = sys.modules.get("tensorflow.python.eager.context")
-    if context is not None:
-        ctx = context.context_safe()
-        if ctx is not None and getattr(ctx, "_initialized", False):
-            problems.append("TensorFlow's runtime has started in the template")
-    if torch_probe.started_cuda() is not None:
-        problems.append("torch initialised CUDA in the template")
-    if jax_probe.backend_started():
-        problems.append("JAX started its backend in the template")
-    return problems
-
-
-class ForkSafety:
-    """The template's state right after its imports, and the check made before every fork."""
-
-    #: How long a thread may be seen running before the fork is refused: a framework's
-    #: idle pool thread wakes now and then, and OpenBLAS' threads spin for a while after
-    #: their last task before they sleep; one that keeps running is doing work.
-    BUSY_RETRIES = 100
-    BUSY_WAIT_S = 0.005
-
-    def __init__(self) -> None:
-        self.settle()
-        self.baseline = thread_states()
-
-    @staticmethod
-    def busy_threads() -> list[str]:
-        return sorted(name for tid, (name, state) in thread_states().items() if tid != os.getpid() and state != "S")
-
-    def settle(self, within: float = 3.0) -> None:
-        """Right after the imports, wait (a little) for the framework threads to go to sleep."""
-        deadline = time.monotonic() + within
-        while self.busy_threads() and time.monotonic() < deadline:
-            time.sleep(0.01)
-
-    def problem(self) -> str | None:
-        """None when a fork is safe now, else the reason in words."""
-        problems = framework_problems()
-        for attempt in range(self.BUSY_RETRIES):
-            states = thread_states()
-            new = sorted(name for tid, (name, _) in states.items() if tid not in self.baseline)
-            if new:
-                problems.append(f"a thread started after the imports ({new[0]!r})")
-                break
-            busy = sorted(name for tid, (name, state) in states.items() if tid != os.getpid() and state != "S")
-            if not busy:
-                break
-            if attempt == self.BUSY_RETRIES - 1:
-                problems.append(f"a framework thread kept running ({busy[0]!r})")
-            time.sleep(self.BUSY_WAIT_S)
-        driver = _cuda_driver_problem()
-        if driver:
-            problems.append(driver)
-        return "; ".join(problems) or None
+# --- the template's side: its loop, in the template process --------------------------------
 
 
 class ForkedChild(BaseException):
@@ -232,14 +371,14 @@ class ForkedChild(BaseException):
     (and every frame of it) before it becomes the job. A BaseException, so that the loop's
     ``except Exception`` (a bad request must not end the template) lets it through."""
 
-    def __init__(self, template: Template, request: dict[str, Any], fds: list[int]) -> None:
+    def __init__(self, template: TemplateServer, request: Fork, fds: list[int]) -> None:
         super().__init__()
         self.template, self.request, self.fds = template, request, fds
 
 
-def _send(control: socket.socket, message: dict[str, Any]) -> None:
+def _send(control: socket.socket, message: Message) -> None:
     try:
-        control.send(pickle.dumps(message, protocol=5))
+        control.send(dumps(message))
     except OSError:
         pass  # the kernel went away; the loop notices and ends us
 
@@ -252,8 +391,8 @@ def _close_fds(fds: list[int]) -> None:
             pass
 
 
-class Template:
-    """The template's loop; see the module docstring."""
+class TemplateServer:
+    """The template's loop, in the template process; see the module docstring."""
 
     def __init__(self, control: socket.socket, watch_fd: int, parent_pid: int, log_path: str,
                  safety: ForkSafety, modules: list[str] | None = None) -> None:
@@ -271,8 +410,7 @@ class Template:
         #: Processes a job left behind that this template adopted and ended (the log says which).
         self.orphans_ended = 0
         # Worked out now: at the kernel's death there must be nothing left to look up.
-        self.owner_lock_paths = [os.path.join(folder, f"kerasmagic-kernel-{parent_pid}-owner.lock")
-                                 for folder in (tempfile.gettempdir(), "/dev/shm")]
+        self.owner_lock_paths = [owner_lock_path(folder, parent_pid) for folder in our_folders()]
         self.wake_read, self.wake_write = os.pipe()
         os.set_blocking(self.wake_read, False)
         os.set_blocking(self.wake_write, False)
@@ -311,31 +449,31 @@ class Template:
             _close_fds(fds)
             self.kernel_gone(kernel_dead=False)  # the pool closed us: nothing may outlive it
         try:
-            message = pickle.loads(data)
-            kind = message.get("kind")
-            if kind == "fork":
+            message = CONTROL_CHANNEL.loads(data)
+            if isinstance(message, Fork):
                 self.fork(message, fds)
                 return
-            if kind == "retire":
+            if isinstance(message, Retire):
                 self.retiring = True
-            elif kind == "reap":
-                self.release_zombie(message["pid"])
+            elif isinstance(message, Reap):
+                self.release_zombie(message.pid)
+            else:
+                raise MessageError(f"a template takes fork, retire and reap requests, not {message.kind!r}")
         except Exception:  # noqa: BLE001 - a bad request must never end the template and its jobs
             traceback.print_exc()  # into the template's log
         _close_fds(fds)
 
-    def fork(self, request: dict[str, Any], fds: list[int]) -> None:
-        job_id = request["job_id"]
+    def fork(self, request: Fork, fds: list[int]) -> None:
+        job_id = request.job_id
         if self.retiring:
             _close_fds(fds)
-            _send(self.control, {"kind": "refused", "job_id": job_id, "reason": "the template is retiring",
-                                 "retire": True})
+            _send(self.control, Refused(job_id=job_id, reason="the template is retiring", retire=True))
             return
         problem = self.safety.problem()
         if problem:
             _close_fds(fds)
             self.retiring = True
-            _send(self.control, {"kind": "refused", "job_id": job_id, "reason": problem, "retire": True})
+            _send(self.control, Refused(job_id=job_id, reason=problem, retire=True))
             return
         sys.stdout.flush()
         sys.stderr.flush()
@@ -344,18 +482,17 @@ class Template:
             pid = os.fork()
         except OSError as exc:  # ENOMEM, EAGAIN (ulimit -u): this job runs fresh, the others go on
             _close_fds(fds)
-            _send(self.control, {"kind": "refused", "job_id": job_id, "reason": f"fork() failed: {exc}",
-                                 "retire": False})
+            _send(self.control, Refused(job_id=job_id, reason=f"fork() failed: {exc}", retire=False))
             return
         if pid == 0:
             # Out of the loop first (to main()), then the job: it runs near the top of the
             # stack, and TensorFlow records that stack for every op it creates.
             raise ForkedChild(self, request, fds)
         _close_fds(fds)
-        self.children[pid] = request["directory"]
-        _send(self.control, {"kind": "forked", "job_id": job_id, "pid": pid})
+        self.children[pid] = request.directory
+        _send(self.control, Forked(job_id=job_id, pid=pid))
 
-    def become_job(self, request: dict[str, Any], fds: list[int]) -> tuple[int, int, int, list[str]]:
+    def become_job(self, request: Fork, fds: list[int]) -> tuple[int, int, int, list[str]]:
         """In the child: a session of its own, the job's pipes and environment; what
         :func:`~kerasmagic.isolation.child.worker.serve_forked_job` then takes (the job's channel,
         the kernel's watch pipe, the template's pid, the modules the template was asked for)."""
@@ -371,7 +508,7 @@ class Template:
         os.dup2(stdout_fd, 1)
         os.dup2(stderr_fd, 2)
         _close_fds([stdout_fd, stderr_fd])
-        os.environ.update(request["env"])
+        os.environ.update(request.env)
         return channel_fd, self.watch_fd, os.getppid(), self.modules
 
     def reap(self) -> None:
@@ -387,13 +524,13 @@ class Template:
             except ChildProcessError:
                 info = None
                 self.exited.add(pid)
-                _send(self.control, {"kind": "exited", "pid": pid, "returncode": None})
+                _send(self.control, Exited(pid=pid, returncode=None))
                 continue
             if info is None or info.si_pid == 0:
                 continue
             code = info.si_status if info.si_code == os.CLD_EXITED else -info.si_status
             self.exited.add(pid)
-            _send(self.control, {"kind": "exited", "pid": pid, "returncode": code})
+            _send(self.control, Exited(pid=pid, returncode=code))
         if self.subreaper:
             self.end_orphans()
 
@@ -442,7 +579,7 @@ class Template:
             shutil.rmtree(directory, ignore_errors=True)
         if self.subreaper:
             self.end_orphans()
-        # The kernel's own "my files are in use" locks (pool.hold_owner_lock) go with it.
+        # The kernel's own "my files are in use" locks (leftovers.hold_owner_lock) go with it.
         for path in self.owner_lock_paths if kernel_dead else ():
             try:
                 os.unlink(path)
@@ -458,69 +595,6 @@ class Template:
         os._exit(code)
 
 
-def preload(modules: list[str], learned: list[str] | tuple[str, ...] = ()) -> float:
-    """Import the frameworks; their chatter goes to the log that fd 1 and 2 point at.
-
-    ``modules`` (the kernel's, and what ``preload=`` asked for) must import; ``learned`` (what
-    earlier jobs imported themselves) are imported if they can be: one that fails is left to
-    the job, with a line in the log, and never fails the template.
-    """
-    started = time.perf_counter()
-    # Loaded (and timed) with the frameworks, their chatter in the log: display() is patched per job.
-    import IPython.core.formatters  # noqa: F401, PLC0415
-
-    __import__(display_functions_module())
-
-    for name in modules:
-        __import__(name)
-    for name in learned:
-        try:
-            __import__(name)
-        except Exception as exc:  # noqa: BLE001 - a learned module is a hint, not a requirement
-            print(f"kerasmagic: learned module {name} did not import here ({type(exc).__name__}: {exc}); "
-                  "the jobs import what they need themselves", file=sys.stderr)
-    _preload_worker_probes()
-    return time.perf_counter() - started
-
-
-def modules_present(asked: list[str] | tuple[str, ...] = ()) -> list[str]:
-    """The heavy modules (and those ``asked`` for) this process has imported: what a template
-    had for its jobs, what a job found when it started.
-
-    Example:
-        >>> "numpy" in modules_present() or "numpy" not in sys.modules
-        True
-    """
-    return [name for name in dict.fromkeys((*PRELOADABLE, *asked)) if name in sys.modules]
-
-
-def imported_since(before: set[str] | frozenset[str]) -> list[str]:
-    """The heavy modules imported since ``before`` (a copy of ``sys.modules``' keys) was taken.
-
-    Example:
-        >>> imported_since(set(sys.modules))
-        []
-    """
-    return [name for name in PRELOADABLE if name in sys.modules and name not in before]
-
-
-def _preload_worker_probes() -> None:
-    """What a job's own sampling imports, imported once here instead of in every job.
-
-    With TensorFlow, torch or JAX imported, each sample of a job reads NVML, and the first
-    one imported ``pynvml`` (a large module of ctypes structures): 37 ms of CPU and 5k
-    copy-on-write page faults inside every job's first fit, measured on 2 cores. Importing
-    it loads no library and starts nothing (``nvmlInit`` stays the job's).
-    """
-    from ..probes.sample import gpu_framework_imported  # noqa: PLC0415 - after the frameworks, as a job asks
-
-    if gpu_framework_imported():
-        try:
-            import pynvml  # noqa: F401
-        except ImportError:
-            pass  # the job's sample says NVML is not installed, as it would anyway
-
-
 def freeze_imports() -> None:
     """Move every object the imports made into Python's permanent generation, which the garbage
     collector never visits: in a forked child, a full collection otherwise walks the whole
@@ -530,7 +604,7 @@ def freeze_imports() -> None:
     warm kernel never pays (the gc state every fork starts from is the same, so every job did).
 
     Collected first, so that what the imports left as garbage is freed, not kept forever;
-    :meth:`Template.fork` freezes again what the template made since.
+    :meth:`TemplateServer.fork` freezes again what the template made since.
     """
     gc.collect()
     gc.freeze()
@@ -554,18 +628,18 @@ def main(argv: list[str] | None = None) -> None:
     try:
         import_s = preload(modules, learned)
     except BaseException as exc:  # noqa: BLE001 - the kernel shows the cause, not the log's chatter
-        _send(control, {"kind": "failed", "error": f"{type(exc).__name__}: {exc}",
-                        "traceback": "".join(traceback.format_exception(exc))})
+        _send(control, ImportFailed(error=f"{type(exc).__name__}: {exc}",
+                                    traceback="".join(traceback.format_exception(exc))))
         os._exit(1)
     freeze_imports()
     safety = ForkSafety()
-    _send(control, {"kind": "ready", "pid": os.getpid(), "import_s": import_s, "rss_bytes": rss_bytes(),
-                    "threads": sorted(name for name, _ in safety.baseline.values()),
-                    "modules": modules_present(modules + learned)})
+    _send(control, Ready(pid=os.getpid(), import_s=import_s, rss_bytes=rss_bytes(),
+                         threads=sorted(name for name, _ in safety.baseline.values()),
+                         modules=modules_present(modules + learned)))
     child = None
     try:
-        Template(control, args.watch_fd, args.parent_pid, args.log, safety,
-                 modules + learned).serve()  # returns only in a child
+        TemplateServer(control, args.watch_fd, args.parent_pid, args.log, safety,
+                       modules + learned).serve()  # returns only in a child
     except ForkedChild as forked:
         child = forked.template, forked.request, forked.fds
     # Out of the except block: the job must not run with our exception as its context.

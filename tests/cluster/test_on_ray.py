@@ -61,7 +61,7 @@ def test_a_nodes_templates_learn_what_its_jobs_import(cluster):
     # never imported, imported by the first job, is in the template the node's next job forks.
     from importlib.util import find_spec
 
-    from kerasmagic.isolation.template import PRELOADABLE
+    from kerasmagic.isolation.spec import PRELOADABLE
 
     name = next((m for m in ("matplotlib.pyplot", "pandas", "tf_keras") if m in PRELOADABLE
                  and m not in sys.modules and find_spec(m.split(".")[0]) is not None), None)

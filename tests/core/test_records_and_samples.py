@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from types import SimpleNamespace
 
 import pytest
 
 from kerasmagic import clean
 from kerasmagic.clean import CleanReport, CleanStep, clear_tf
 from kerasmagic.isolation.child import worker
+from kerasmagic.isolation.job import Job
+from kerasmagic.isolation.messages import JOB_CHANNEL, RunJob
+from kerasmagic.isolation.outcome import record_sample
 from kerasmagic.isolation.result import IsolatedResult, ShippedName
-from kerasmagic.isolation.runner import Job, JobRun
 from kerasmagic.live import protocol
 from kerasmagic.live.widget import _tf_totals
 from kerasmagic.measuring import CellMeasurement
@@ -89,11 +90,13 @@ def test_memory_snapshot_keeps_its_positional_constructor_and_ts_first():
 
 def test_job_message_is_the_fields_as_they_are_plus_the_kernel_context():
     job = Job("function", "/tmp/job", call={"args": (1, 2)}, seed=__import__("numpy").int64(4), owns_directory=False)
-    message = job.message()
+    message = RunJob.here(job).to_wire()
     assert message["call"] == {"args": (1, 2)}  # a tuple stays a tuple: it travels pickled
     assert message["seed"] == 4 and type(message["seed"]) is int
     assert "owns_directory" not in message and message["kind"] == "job" and "sys_path" in message
     assert Job("code", "/tmp/job", inputs=None).inputs == {}
+    back = JOB_CHANNEL.decode(message)  # what the job's process rebuilds: the same job
+    assert isinstance(back, RunJob) and back.job.call == {"args": (1, 2)} and back.job.seed == 4
 
 
 # --- CleanReport: dropped and failing steps -------------------------------------------------
@@ -162,16 +165,15 @@ def test_the_worker_and_the_sidebar_take_the_same_sample():
 
 def test_the_runner_folds_peaks_from_the_protocol_shape():
     result = IsolatedResult()
-    run = SimpleNamespace(result=result, memory_limit=None)  # a run without memory_limit=
-    JobRun._record_sample(run, _GPU_SAMPLE)
+    record_sample(result, _GPU_SAMPLE)
     smaller = json.loads(json.dumps(_GPU_SAMPLE))
     smaller["tf"]["devices"]["GPU:0"]["peak_bytes"] = 10
     smaller["gpu"][0]["process_used_bytes"] = 1000
     smaller["rss_bytes"] = 50
-    JobRun._record_sample(run, smaller)
-    JobRun._record_sample(run, {"ts": 2.0, "rss_bytes": {"status": "unavailable", "reason": "error"},
-                                "tf": {"status": "unavailable", "reason": "not_imported"},
-                                "gpu": {"status": "unavailable", "reason": "not_imported"}})
+    record_sample(result, smaller)
+    record_sample(result, {"ts": 2.0, "rss_bytes": {"status": "unavailable", "reason": "error"},
+                           "tf": {"status": "unavailable", "reason": "not_imported"},
+                           "gpu": {"status": "unavailable", "reason": "not_imported"}})
     assert result.samples == 3 and result.child_rss_peak_bytes == 100
     assert result.child_tf_peak == {"CPU:0": 9, "GPU:0": 30}
     assert result.child_gpu_peak == {"GPU:0": 1000}

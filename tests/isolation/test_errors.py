@@ -159,9 +159,10 @@ def test_importing_isolation_is_cheap():
 
 
 def _run_job_with(pool, code="x = 1"):
+    from kerasmagic.isolation.dispatch import run_job
+    from kerasmagic.isolation.job import Job
     from kerasmagic.isolation.pool import worker_spec
     from kerasmagic.isolation.result import IsolatedResult
-    from kerasmagic.isolation.runner import Job, run_job
     from kerasmagic.isolation.shipping import make_job_directory
 
     return run_job(Job("code", make_job_directory(), code=code, outputs=["x"]), worker_spec(), IsolatedResult(),

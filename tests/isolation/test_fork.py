@@ -69,9 +69,10 @@ def test_the_templates_objects_are_frozen_so_a_jobs_collections_never_touch_them
 def test_the_workers_own_sampling_imports_nothing_during_a_job():
     # A template with a GPU framework (JAX here) makes every sample read NVML; importing pynvml
     # in each job cost 37 ms of CPU and 5k copy-on-write faults inside its first fit.
+    from kerasmagic.isolation.dispatch import run_job
+    from kerasmagic.isolation.job import Job
     from kerasmagic.isolation.pool import WorkerPool, WorkerSpec, worker_spec
     from kerasmagic.isolation.result import IsolatedResult
-    from kerasmagic.isolation.runner import Job, run_job
     from kerasmagic.isolation.shipping import make_job_directory
 
     spec = WorkerSpec(("numpy", "jax"), worker_spec().env)

@@ -17,9 +17,10 @@ import pytest
 from IPython.utils.capture import capture_output
 
 from kerasmagic.isolation import IsolatedCrash, IsolationUsageError, run_isolated
+from kerasmagic.isolation.dispatch import run_job
+from kerasmagic.isolation.job import Job
 from kerasmagic.isolation.pool import WorkerPool, WorkerSpec, worker_spec
 from kerasmagic.isolation.result import IsolatedResult
-from kerasmagic.isolation.runner import Job, run_job
 from kerasmagic.isolation.shipping import make_job_directory
 
 pytestmark = pytest.mark.isolation

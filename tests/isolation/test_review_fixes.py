@@ -64,16 +64,18 @@ def test_warnings_as_errors_leave_nothing_running(list_workers):
 
 
 def test_a_job_dying_after_ready_does_not_break_the_next_job(dying_pool):
+    from kerasmagic.isolation.job import Job
+    from kerasmagic.isolation.local import LocalBackend
     from kerasmagic.isolation.pool import worker_spec
     from kerasmagic.isolation.result import IsolatedResult
-    from kerasmagic.isolation.runner import Job, JobRun, drive
+    from kerasmagic.isolation.runner import JobRun, drive
     from kerasmagic.isolation.shipping import make_job_directory
 
     pool = dying_pool(size=2)
     try:
         runs = [JobRun(Job("code", make_job_directory(), code="x = 1", outputs=["x"]), worker_spec(),
                        IsolatedResult(f"job {i}")) for i in range(3)]
-        drive(runs, pool=pool, at_once=2, stop_on_error=False)  # used to raise KeyError: fd already registered
+        drive(runs, LocalBackend(pool), at_once=2, stop_on_error=False)  # used to raise KeyError: fd already registered
     finally:
         pool.shutdown()
     assert [type(run.error) for run in runs] == [IsolatedCrash] * 3
@@ -81,12 +83,12 @@ def test_a_job_dying_after_ready_does_not_break_the_next_job(dying_pool):
 
 
 def test_a_failure_inside_the_launch_is_an_error_not_a_hang(monkeypatch):
-    from kerasmagic.isolation import pool as pool_module
+    from kerasmagic.isolation.template import TemplateHandle
 
     def no_descriptors(self, spec, directory):
         raise OSError(24, "Too many open files")
 
-    monkeypatch.setattr(pool_module.Template, "fork", no_descriptors)
+    monkeypatch.setattr(TemplateHandle, "fork", no_descriptors)
     started = time.perf_counter()
     with pytest.raises(IsolatedCrash, match="Too many open files"):
         run_isolated("x = 1", quiet=True, timeout=60)

@@ -6,6 +6,6 @@
 - :mod:`.mpl_backend`: the workers' matplotlib backend
   (``MPLBACKEND=module://kerasmagic.isolation.child.mpl_backend``).
 
-The kernel side (:mod:`kerasmagic.isolation.pool`, :mod:`~kerasmagic.isolation.runner`) starts
+The kernel side (:mod:`kerasmagic.isolation.pool`, :mod:`~kerasmagic.isolation.local`) starts
 these processes and talks to them only through the job protocol (docs/isolation.md).
 """

@@ -16,11 +16,13 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-_send: Callable[[dict[str, Any]], None] | None = None
+from ..messages import Display
+
+_send: Callable[[Display], None] | None = None
 _formatter = None
 
 
-def install(send: Callable[[dict[str, Any]], None]) -> None:
+def install(send: Callable[[Display], None]) -> None:
     """Route ``display()`` and figures through ``send`` for the rest of this (worker) process."""
     global _send
     _send = send
@@ -71,7 +73,7 @@ def _emit(data: dict[str, Any], metadata: dict[str, Any]) -> None:
     if _send is None:
         print(data.get("text/plain", ""))
         return
-    _send({"kind": "display", "data": data, "metadata": metadata})
+    _send(Display(data=data, metadata=metadata))
 
 
 def _is_figure(obj: Any) -> bool:

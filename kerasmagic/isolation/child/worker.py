@@ -8,9 +8,10 @@ A job runs in one of two kinds of process, which then behave the same:
   --preload tensorflow,keras --learned jax --warmup-log PATH`` (never forked from the kernel: a fork
   after TensorFlow's runtime started hangs).
 
-Either dies with the kernel: ``prctl(PR_SET_PDEATHSIG, SIGKILL)`` (Linux), EOF on the watch
-pipe whose write end only the kernel holds, and a change of ``os.getppid()``. On the way out
-it removes the job's folder and ends its whole process group (what the job started too).
+Either dies with the kernel (:mod:`kerasmagic.isolation.lifeline`): ``PR_SET_PDEATHSIG``
+(Linux), EOF on the lifeline pipe whose write end only its parent holds, and a change of
+``os.getppid()``. On the way out it removes the job's folder and ends its whole process group
+(what the job started too). It imports nothing from the template's module.
 """
 
 from __future__ import annotations
@@ -21,9 +22,7 @@ import builtins
 import faulthandler
 import linecache
 import os
-import pickle
 import random
-import select
 import shutil
 import signal
 import sys
@@ -40,15 +39,11 @@ from ...probes.availability import to_jsonable
 from ...probes.sample import gpu_framework_imported, memory_sample
 from ..errors import LONG_MESSAGE_CHARS, shorten_message
 from ..gpu_figures import allocator_peaks
+from ..job import Job
+from ..lifeline import PARENT_GONE_EXIT, watch_parent
+from ..messages import CHANNEL_LOST_EXIT, JOB_CHANNEL, Done, ImportFailed, Message, Raised, Ready, RunJob, Sample, dumps
 from ..shipping import ShippingError, decode, encode
-from ..template import (
-    CHANNEL_LOST_EXIT,
-    PARENT_GONE_EXIT,
-    imported_since,
-    modules_present,
-    preload,
-    set_parent_death_signal,
-)
+from ..spec import imported_since, modules_present, preload
 from . import child_display
 
 CELL_FILENAME = "<isolated cell>"
@@ -75,26 +70,7 @@ def _kernel_gone() -> None:
 
 
 def _die_with_parent(parent_pid: int, watch_fd: int) -> None:
-    signal.signal(signal.SIGTERM, lambda *_: _kernel_gone())  # the parent-death signal, and a plain kill
-    set_parent_death_signal(signal.SIGTERM)
-    if os.getppid() != parent_pid:  # the parent died before prctl took effect
-        _kernel_gone()
-
-    def watch() -> None:
-        watched = [watch_fd]
-        while True:
-            try:
-                readable, _, _ = select.select(watched, [], [], 1.0)
-                if readable and not os.read(watch_fd, 1):
-                    _kernel_gone()  # EOF: the only write end died with the kernel
-            except (OSError, ValueError):
-                # The job closed our descriptor (os.closerange): the parent's pid and the death
-                # signal still tell, once a second; no traceback of ours in the job's output.
-                watched = []
-            if os.getppid() != parent_pid:
-                _kernel_gone()
-
-    threading.Thread(target=watch, name="kerasmagic-isolation-watch-parent", daemon=True).start()
+    watch_parent(parent_pid, watch_fd, _kernel_gone)
 
 
 def safe_str(value: BaseException) -> str:
@@ -112,11 +88,11 @@ def safe_str(value: BaseException) -> str:
         return f"<str() of {type(value).__name__} raised {type(exc).__name__}: {exc}>"
 
 
-def _send(conn: Connection, message: dict[str, Any]) -> None:
+def _send(conn: Connection, message: Message) -> None:
     # The sender's pid: a process the job forked shares the channel, and its messages must
     # not count as the job's (its "done" would otherwise win).
-    message["sender"] = os.getpid()
-    data = pickle.dumps(message, protocol=5)
+    message.sender = os.getpid()
+    data = dumps(message)
     with _send_lock:
         conn.send_bytes(data)
 
@@ -167,7 +143,7 @@ class _Sampler:
     def _run(self) -> None:
         while not self._stop.wait(self._interval_s):
             try:
-                _send(self._conn, {"kind": "sample", **_memory_sample()})
+                _send(self._conn, Sample(reading=_memory_sample()))
             except (OSError, EOFError):
                 return  # the parent went away; the watch thread ends us
             except Exception:  # noqa: BLE001, S112 - a failing probe must not end the job, nor fill its output
@@ -225,7 +201,7 @@ def _format_user_traceback(exc: BaseException) -> str:
         return "".join(["Traceback (most recent call last):\n", *lines, f"{type(exc).__name__}: {safe_str(exc)}\n"])
 
 
-def _failure(exc: BaseException, stage: str, name: str | None = None) -> dict[str, Any]:
+def _failure(exc: BaseException, stage: str, name: str | None = None) -> Raised:
     """The error message: ``stage`` says whose fault it is (our shipping, or the user's code).
 
     The message travels whole once; in the traceback a long one is shortened (the kernel
@@ -235,8 +211,7 @@ def _failure(exc: BaseException, stage: str, name: str | None = None) -> dict[st
     formatted = _format_user_traceback(exc)
     if len(message) > LONG_MESSAGE_CHARS:
         formatted = formatted.replace(message, shorten_message(message))
-    return {"kind": "error", "stage": stage, "name": name, "exc_type": type(exc).__name__,
-            "exc_message": message, "traceback": formatted}
+    return Raised(stage=stage, name=name, exc_type=type(exc).__name__, exc_message=message, traceback=formatted)
 
 
 def _enter_directory(cwd: str | None) -> None:
@@ -248,15 +223,15 @@ def _enter_directory(cwd: str | None) -> None:
             pass
 
 
-def _decode_inputs(job: dict[str, Any], namespace: dict[str, Any]) -> tuple[Any, list, dict] | dict[str, Any]:
+def _decode_inputs(job: Job, namespace: dict[str, Any]) -> tuple[Any, list, dict] | Raised:
     """Rebuild the inputs (or the function and its arguments); a failure is ours to report."""
     name = None
     try:
-        for name, spec in job["inputs"].items():
+        for name, spec in job.inputs.items():
             namespace[name] = decode(spec)
-        if job["mode"] != "function":
+        if job.mode != "function" or job.call is None:
             return None, [], {}
-        call = job["call"]
+        call = job.call
         name = "the function"
         function = decode(call["function"])
         args = []
@@ -272,31 +247,32 @@ def _decode_inputs(job: dict[str, Any], namespace: dict[str, Any]) -> tuple[Any,
         return _failure(exc, "inputs", name)
 
 
-def _collect_outputs(job: dict[str, Any], namespace: dict[str, Any]) -> tuple[dict, Any, dict[str, str]]:
+def _collect_outputs(job: Job, namespace: dict[str, Any]) -> tuple[dict, Any, dict[str, str]]:
     outputs: dict[str, Any] = {}
     value_spec: Any = None
     not_returned: dict[str, str] = {}
-    if job["mode"] == "function":
+    if job.mode == "function":
         try:
-            value_spec = encode("value", namespace["__value__"], job["directory"])
+            value_spec = encode("value", namespace["__value__"], job.directory)
         except ShippingError as exc:
             not_returned["value"] = exc.reason
         return outputs, value_spec, not_returned
-    for name in job["outputs"]:
+    for name in job.outputs:
         if name not in namespace:
-            if name in job["required_outputs"]:
+            if name in job.required_outputs:
                 not_returned[name] = "the code did not assign it"
             continue
         try:
-            outputs[name] = encode(name, namespace[name], job["directory"])
+            outputs[name] = encode(name, namespace[name], job.directory)
         except ShippingError as exc:
             not_returned[name] = exc.reason
     return outputs, value_spec, not_returned
 
 
-def _run_job(conn: Connection, job: dict[str, Any]) -> None:
+def _run_job(conn: Connection, request: RunJob) -> None:
     """Run one job and send its last message (``done`` or ``error``, with the final sample)."""
-    _adopt_kernel_paths(job)
+    job = request.job
+    _adopt_kernel_paths(request)
     # A job that dies of a fault (a segfault in a framework's C++) leaves its Python stack on its
     # stderr, so that the kernel can say where it died (issue 22); the signal still ends it.
     try:
@@ -304,7 +280,7 @@ def _run_job(conn: Connection, job: dict[str, Any]) -> None:
     except (OSError, ValueError, RuntimeError):  # fd 2 closed or not writable: no stack, nothing else lost
         pass
     modules_before = set(sys.modules)
-    sampler = _Sampler(conn, job["sample_interval_s"]).start()
+    sampler = _Sampler(conn, request.sample_interval_s).start()
     child_display.install(lambda message: _send(conn, message))
     namespace: dict[str, Any] = {"__name__": "__main__", "__builtins__": builtins}
     started = time.perf_counter()
@@ -312,9 +288,10 @@ def _run_job(conn: Connection, job: dict[str, Any]) -> None:
     run_s = time.perf_counter() - started
     _flush_quietly()
     sampler.stop()
+    last = _last_message(job, namespace, failure, run_s, first_line_ts)
+    last.imported = imported_since(modules_before)
     try:
-        _send(conn, {**_last_message(job, namespace, failure, run_s, first_line_ts),
-                     "imported": imported_since(modules_before)})
+        _send(conn, last)
     except OSError:
         # The job closed the channel's descriptor (os.closerange(3, ...)) or the kernel's end
         # went away: nothing can go back. The exit code says which to the kernel, no traceback.
@@ -330,28 +307,28 @@ def _flush_quietly() -> None:
             pass
 
 
-def _adopt_kernel_paths(job: dict[str, Any]) -> None:
+def _adopt_kernel_paths(request: RunJob) -> None:
     """The kernel's working directory and ``sys.path``: the job imports what the notebook would."""
-    _enter_directory(job["cwd"])
-    for entry in reversed(job["sys_path"]):
+    _enter_directory(request.cwd)
+    for entry in reversed(request.sys_path):
         if entry not in sys.path:
             sys.path.insert(0, entry)
 
 
-def _execute(job: dict[str, Any], namespace: dict[str, Any]) -> tuple[dict[str, Any] | None, float]:
+def _execute(job: Job, namespace: dict[str, Any]) -> tuple[Raised | None, float]:
     """Rebuild the inputs, then run the code or call the function: the failure message (None
     when it ran through) and when the user's first line ran."""
     first_line_ts = time.time()
     decoded = _decode_inputs(job, namespace)
-    if isinstance(decoded, dict):
+    if isinstance(decoded, Raised):
         return decoded, first_line_ts
     function, args, kwargs = decoded
     first_line_ts = time.time()
     try:
-        if job["seed"] is not None:
-            _set_seed(job["seed"])
-        if job["mode"] == "code":
-            _run_code(job["code"], namespace, job["display_last"])
+        if job.seed is not None:
+            _set_seed(job.seed)
+        if job.mode == "code":
+            _run_code(job.code, namespace, job.display_last)
         else:
             namespace["__value__"] = function(*args, **kwargs)
         child_display.send_open_figures()
@@ -360,27 +337,27 @@ def _execute(job: dict[str, Any], namespace: dict[str, Any]) -> tuple[dict[str, 
     return None, first_line_ts
 
 
-def _last_message(job: dict[str, Any], namespace: dict[str, Any], failure: dict[str, Any] | None, run_s: float,
-                  first_line_ts: float) -> dict[str, Any]:
+def _last_message(job: Job, namespace: dict[str, Any], failure: Raised | None, run_s: float,
+                  first_line_ts: float) -> Done | Raised:
     """``done`` with the encoded outputs, or the failure; either with the final sample."""
     outputs, value_spec, not_returned = ({}, None, {}) if failure else _collect_outputs(job, namespace)
-    message = failure or {"kind": "done", "outputs": outputs, "value": value_spec}
-    message.update({"not_returned": not_returned, "run_s": run_s, "final_sample": _final_sample(),
-                    "first_line_ts": first_line_ts})
+    message = failure or Done(outputs=outputs, value=value_spec)
+    message.not_returned, message.run_s, message.final_sample = not_returned, run_s, _final_sample()
+    message.first_line_ts = first_line_ts
     return message
 
 
-def _serve(conn: Connection, ready: dict[str, Any]) -> None:
+def _serve(conn: Connection, ready: Ready) -> None:
     """Say ready, take one job, run it, exit (the same for a forked child and a fresh worker)."""
     global _job_directory
-    _send(conn, {"kind": "ready", "pid": os.getpid(), "rss_bytes": process.rss_bytes(), **ready})
+    _send(conn, ready)
     try:
-        job = pickle.loads(conn.recv_bytes())
+        request = JOB_CHANNEL.loads(conn.recv_bytes())
     except (EOFError, OSError):
         os._exit(0)  # the pool closed us while idle
-    if job.get("kind") == "job":
-        _job_directory = job["directory"]
-        _run_job(conn, job)
+    if isinstance(request, RunJob):
+        _job_directory = request.job.directory
+        _run_job(conn, request)
     _flush_quietly()
     # os._exit: skip interpreter teardown (TF's can take seconds); the OS takes everything back.
     os._exit(0)
@@ -390,7 +367,8 @@ def serve_forked_job(channel_fd: int, watch_fd: int, template_pid: int, asked: l
     """The body of a child forked from the template (called by it, right after the fork);
     ``asked``: the modules the template was asked to import (its report lists those it has)."""
     _die_with_parent(template_pid, watch_fd)
-    _serve(Connection(channel_fd), {"import_s": 0.0, "forked": True, "modules": modules_present(asked or [])})
+    _serve(Connection(channel_fd), Ready(pid=os.getpid(), rss_bytes=process.rss_bytes(), import_s=0.0, forked=True,
+                                         modules=modules_present(asked or [])))
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -409,10 +387,10 @@ def main(argv: list[str] | None = None) -> None:
     try:
         import_s = _preload(modules, learned, args.warmup_log)
     except BaseException as exc:  # noqa: BLE001 - the kernel shows the cause, not the log's chatter
-        _send(conn, {"kind": "failed", "error": f"{type(exc).__name__}: {safe_str(exc)}",
-                     "traceback": _format_user_traceback(exc)})
+        _send(conn, ImportFailed(error=f"{type(exc).__name__}: {safe_str(exc)}", traceback=_format_user_traceback(exc)))
         os._exit(1)
-    _serve(conn, {"import_s": import_s, "forked": False, "modules": modules_present(modules + learned)})
+    _serve(conn, Ready(pid=os.getpid(), rss_bytes=process.rss_bytes(), import_s=import_s, forked=False,
+                       modules=modules_present(modules + learned)))
 
 
 if __name__ == "__main__":

@@ -4,7 +4,9 @@ The agent is a Ray actor pinned to its node. It owns an ordinary
 :class:`~kerasmagic.isolation.pool.WorkerPool`, so the node gets exactly what the kernel
 gets locally: a template that imports the kernel's frameworks once and never starts them,
 and a fork of it per job, which runs the job with the same worker code and protocol and
-exits, giving back all of its memory (GPU memory too). The agent is to its templates what
+exits, giving back all of its memory (GPU memory too). It drives each job with the kernel's
+own loop and local backend (:mod:`kerasmagic.isolation.local`), into a :class:`QueueSink`
+whose events it streams back. The agent is to its templates what
 the kernel is locally: if the agent dies (its node is removed, the kernel disconnects),
 its templates and their children die with it.
 
@@ -25,13 +27,18 @@ import shutil
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
-from ..pool import WorkerPool, WorkerSpec, release_owner_locks
+from ..job import Job
+from ..leftovers import release_owner_locks
+from ..local import LocalBackend
+from ..messages import Accepted, Display, Done, Final, Message, NoAgent, Output, Placed, RunJob, Sample
+from ..pool import WorkerPool
 from ..result import IsolatedResult
-from ..runner import Job, JobRun, drive
+from ..runner import JobRun, drive
 from ..shipping import make_job_directory
+from ..spec import VOLATILE_ENV, WorkerSpec
 from .transfer import read_files, rebase_job, returned_specs, spec_paths, write_files
 
 logger = logging.getLogger(__name__)
@@ -45,7 +52,7 @@ AGENT_IDLE_TIMEOUT_S = 600.0
 
 
 #: The agent's first answer to a job: it was alive when it took the job.
-_ACCEPTED = {"kind": "accepted"}
+_ACCEPTED = Accepted().to_wire()
 
 def agent_name(session: str, node_id: str) -> str:
     """The agent's actor name: one per kernel (``session``) and node.
@@ -69,74 +76,64 @@ def _node_environment(overrides: dict[str, str]) -> tuple[tuple[str, str], ...]:
     # the user did: a job given 4 CPUs must not inherit the agent's 1.
     environment.pop("OMP_NUM_THREADS", None)
     environment.update(overrides)
-    for key in ("PYTEST_CURRENT_TEST", "_", "OLDPWD", "PWD", "COLUMNS", "LINES"):
+    for key in VOLATILE_ENV:
         environment.pop(key, None)
     return tuple(sorted(environment.items()))
 
 
-class _NodeJob(Job):
-    """A job as the kernel encoded it, with the kernel's folder, cwd and ``sys.path`` made local."""
+class QueueSink:
+    """A job's sink on a node (:class:`~kerasmagic.isolation.sink.JobSink`): its output, displays and
+    samples go into a queue that the agent streams to the kernel, and its values are read back as
+    files instead of being rebuilt here (that would import the frameworks into the agent)."""
 
-    kernel_cwd: str | None = None
-    kernel_sys_path: tuple[str, ...] = ()
-
-    def message(self) -> dict[str, Any]:
-        message = super().message()
-        # The kernel's working directory where it exists here (a shared filesystem, the
-        # same image), the agent's otherwise; the kernel's sys.path entries that exist here first.
-        if self.kernel_cwd and os.path.isdir(self.kernel_cwd):
-            message["cwd"] = self.kernel_cwd
-        local = [p for p in self.kernel_sys_path if os.path.isdir(p)]
-        message["sys_path"] = local + [p for p in message["sys_path"] if p not in local]
-        return message
-
-
-class _RelayedRun(JobRun):
-    """A :class:`JobRun` whose output, displays and samples go into a queue, not a cell, and
-    whose values are sent back as files instead of being rebuilt here (that would import
-    the frameworks into the agent)."""
-
-    def __init__(self, *args: Any, events: queue.Queue, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.events = events
+    def __init__(self) -> None:
+        self.events: queue.Queue = queue.Queue()
         self.returned_files: dict[str, bytes] = {}
-        self.final_message: dict[str, Any] | None = None
+        self.done: Done | None = None
 
-    cancelled = False
+    def output(self, stream: str, text: str) -> None:
+        if text:
+            self.events.put(Output(stream=stream, text=text))
 
-    def cancel_now(self) -> None:
-        """End the job (from another thread): the drive loop sees a deadline that has passed
-        and kills the job's group itself, whatever phase the job is in."""
-        self.cancelled = True
-        self.timeout = self.timeout if self.timeout is not None else 0.0
-        self.deadline = time.perf_counter()
+    def output_ended(self, stream: str) -> None:
+        pass  # the text went as it came: the kernel's sink cuts it into lines
 
-    def begin(self, pool: Any) -> None:
-        super().begin(pool)
-        if self.cancelled:  # cancelled between its registration and its start: begin() set a new deadline
-            self.deadline = time.perf_counter()
+    def placed(self, where: str) -> None:
+        pass
 
-    def emit_output(self, stream_name: str, text: str) -> None:
-        self.events.put({"kind": "output", "stream": stream_name, "text": text})
+    def display(self, data: dict[str, Any], metadata: dict[str, Any]) -> None:
+        self.events.put(Display(data=data, metadata=metadata))
 
-    def show(self, data: dict[str, Any], metadata: dict[str, Any]) -> None:
-        self.events.put({"kind": "display", "data": data, "metadata": metadata})
+    def sample(self, reading: dict[str, Any]) -> None:
+        self.events.put(Sample(reading=dict(reading)))
 
-    def publish_sample(self, message: dict[str, Any]) -> None:
-        self.events.put({"kind": "sample", **{k: v for k, v in message.items() if k != "kind"}})
-
-    def bring_back(self, final: dict[str, Any]) -> str | None:
-        paths = [path for spec in returned_specs(final) for path in spec_paths(spec)]
+    def values(self, done: Done) -> str | None:
+        paths = [path for spec in returned_specs(done) for path in spec_paths(spec)]
         self.returned_files = read_files(paths)
-        self.final_message = final
+        self.done = done
         return None
 
 
-_OVER = {"kind": "over"}  # the drive loop ended: nothing more will be queued
+def _kernel_place(kernel_cwd: str | None, kernel_sys_path: tuple[str, ...]) -> Callable[[Job], RunJob]:
+    """How a node's job is sent to its process: with the kernel's working directory where it exists
+    here (a shared filesystem, the same image), the agent's otherwise; the kernel's ``sys.path``
+    entries that exist here first."""
+    def request(job: Job) -> RunJob:
+        message = RunJob.here(job)
+        if kernel_cwd and os.path.isdir(kernel_cwd):
+            message.cwd = kernel_cwd
+        local = [p for p in kernel_sys_path if os.path.isdir(p)]
+        message.sys_path = local + [p for p in message.sys_path if p not in local]
+        return message
+
+    return request
+
+
+_OVER = object()  # the drive loop ended: nothing more will be queued
 
 
 def _batched(events: queue.Queue) -> Iterator[list[dict[str, Any]]]:
-    """Yield what is queued, consecutive output of one stream joined, until the run is over."""
+    """Yield what is queued (wire dicts), consecutive output of one stream joined, until the run is over."""
     over = False
     while not over:
         batch = [events.get()]
@@ -146,19 +143,18 @@ def _batched(events: queue.Queue) -> Iterator[list[dict[str, Any]]]:
                 batch.append(events.get(timeout=max(0.0, deadline - time.monotonic())))
             except queue.Empty:
                 break
-        joined: list[dict[str, Any]] = []
+        joined: list[Message] = []
         for event in batch:
             if event is _OVER:
                 over = True
                 continue
             last = joined[-1] if joined else None
-            if (last is not None and event["kind"] == "output" and last["kind"] == "output"
-                    and last["stream"] == event["stream"]):
-                last["text"] += event["text"]
+            if isinstance(event, Output) and isinstance(last, Output) and last.stream == event.stream:
+                last.text += event.text
             else:
-                joined.append(dict(event))
+                joined.append(event)
         if joined:
-            yield joined
+            yield [event.to_wire() for event in joined]
 
 
 #: How often an agent looks whether its raylet still lives.
@@ -175,7 +171,7 @@ class NodeAgent:
 
     def __init__(self) -> None:
         self.pool = WorkerPool(idle_timeout=AGENT_IDLE_TIMEOUT_S)
-        self._runs: dict[str, _RelayedRun] = {}
+        self._runs: dict[str, JobRun] = {}
         self._cancelled: set[str] = set()
         self._lock = threading.Lock()
         threading.Thread(target=self._end_with_raylet, args=(os.getppid(),), name="kerasmagic-agent-raylet-watch",
@@ -230,7 +226,7 @@ class NodeAgent:
 
         directory = make_job_directory()
         try:
-            run = self._prepare(request, directory)
+            run, sink, backend = self._prepare(request, directory)
         except BaseException:
             shutil.rmtree(directory, ignore_errors=True)  # an input that did not arrive, a version mismatch
             raise
@@ -239,11 +235,11 @@ class NodeAgent:
                 shutil.rmtree(directory, ignore_errors=True)
                 return
             self._runs[job_id] = run
-        events = run.events
+        events = sink.events
 
         def drive_here() -> None:
             try:
-                drive([run], pool=self.pool)
+                drive([run], backend)
             except BaseException as exc:  # reported to the kernel as the job's error
                 logger.exception("kerasmagic: the agent could not run job %s", job_id)
                 run.error = run.error or exc
@@ -264,17 +260,12 @@ class NodeAgent:
             # The report travels on its own, below. Our errors carry `result`; any other
             # exception gets the attribute here, which no exception class declares.
             error.result = None  # type: ignore[attr-defined]
-        yield [{
-            "kind": "final",
-            "result": pickle.dumps(run.result, protocol=5),
-            "error": _pickled_error(error),
-            "final": run.final_message,
-            "files": run.returned_files,
-            "agent": self.describe(),
-        }]
+        yield [Final(result=pickle.dumps(run.result, protocol=5), error=_pickled_error(error), done=sink.done,
+                     files=sink.returned_files, agent=self.describe()).to_wire()]
 
-    def _prepare(self, request: dict[str, Any], directory: str) -> _RelayedRun:
-        """The job's files written here, its paths rebased, its environment made: a run to drive."""
+    def _prepare(self, request: dict[str, Any], directory: str) -> tuple[JobRun, QueueSink, LocalBackend]:
+        """The job's files written here, its paths rebased, its environment made: a run to drive, on this
+        node's pool."""
         import ray
 
         moves = {}
@@ -283,9 +274,7 @@ class NodeAgent:
             moves[kernel_folder] = directory
         fields = dict(request["job"])
         fields["call"], fields["inputs"] = rebase_job(fields.get("call"), fields.get("inputs") or {}, moves)
-        job = _NodeJob(directory=directory, **fields)
-        job.kernel_cwd = request.get("cwd")
-        job.kernel_sys_path = tuple(request.get("sys_path") or ())
+        job = Job(directory=directory, **fields)
         overrides = dict(request["overrides"])
         if request.get("gpu_ids") is not None:
             # The GPUs Ray gave the relay task are the job's: the child sees those and no other.
@@ -294,8 +283,10 @@ class NodeAgent:
             # What Ray gives any task: OpenMP pools sized to the CPUs the job holds, not to the node.
             overrides["OMP_NUM_THREADS"] = str(max(1, int(request.get("num_cpus") or 1)))
         spec = WorkerSpec(tuple(request["preload"]), _node_environment(overrides))
-        return _RelayedRun(job, spec, IsolatedResult(request["label"]), timeout=request["timeout"],
-                           forward_output=True, events=queue.Queue())
+        sink = QueueSink()
+        run = JobRun(job, spec, IsolatedResult(request["label"]), timeout=request["timeout"], sink=sink)
+        place = _kernel_place(request.get("cwd"), tuple(request.get("sys_path") or ()))
+        return run, sink, LocalBackend(self.pool, request=place)
 
     def cancel(self, job_id: str) -> bool:
         """End the job now (timeout or Ctrl-C in the kernel): its process group is killed."""
@@ -304,7 +295,7 @@ class NodeAgent:
             if run is None:
                 self._cancelled.add(job_id)  # it may not have arrived yet
                 return False
-        run.cancel_now()
+        run.expire()
         return True
 
     def shutdown(self) -> None:
@@ -332,11 +323,11 @@ def relay_job(session: str, job_id: str, request: dict[str, Any]) -> Iterator[li
 
     context = ray.get_runtime_context()
     node_id = context.get_node_id()
-    yield [{"kind": "placed", "node_id": node_id, "gpu_ids": [str(g) for g in ray.get_gpu_ids()]}]
+    yield [Placed(node_id=node_id, gpu_ids=[str(g) for g in ray.get_gpu_ids()]).to_wire()]
     try:
         agent = ray.get_actor(agent_name(session, node_id), namespace=NAMESPACE)
     except ValueError:
-        yield [{"kind": "no_agent", "node_id": node_id}]
+        yield [NoAgent(node_id=node_id).to_wire()]
         return
     request = dict(request)
     # As for any Ray task: the job sees the GPUs Ray gave it, and none when it asked for none
@@ -357,7 +348,7 @@ def relay_job(session: str, job_id: str, request: dict[str, Any]) -> Iterator[li
             # killer did): Ray keeps its name for a while, so the kernel must start a new one
             # and send the job again (issue 23, fault 1). An agent that dies during a job
             # takes that job with it: a crash, told as one.
-            yield [{"kind": "no_agent", "node_id": node_id, "dead_agent": True}]
+            yield [NoAgent(node_id=node_id, dead_agent=True).to_wire()]
             return
         raise
     except BaseException:

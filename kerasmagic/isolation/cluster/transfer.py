@@ -8,16 +8,19 @@ the other side, and every path in the specs is rewritten to point there.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Iterator
 from typing import Any
+
+from ..messages import Done
 
 
 def spec_paths(spec: dict[str, Any]) -> Iterator[str]:
     """The files one encoded value lives in (see :func:`kerasmagic.isolation.shipping.encode`).
 
     Example:
-        >>> list(spec_paths({"kind": "pickle", "path": "/j/x.pickle", "buffers": ["/j/x.buf0"]}))
+        >>> list(spec_paths({"format": "pickle", "path": "/j/x.pickle", "buffers": ["/j/x.buf0"]}))
         ['/j/x.pickle', '/j/x.buf0']
     """
     if spec.get("path"):
@@ -36,7 +39,7 @@ def rebase_spec(spec: dict[str, Any], moves: dict[str, str]) -> dict[str, Any]:
     """A copy of ``spec`` whose files are looked for in the new folders ``moves`` names.
 
     Example:
-        >>> rebase_spec({"kind": "keras", "path": "/a/m.keras"}, {"/a": "/b"})["path"]
+        >>> rebase_spec({"format": "keras", "path": "/a/m.keras"}, {"/a": "/b"})["path"]
         '/b/m.keras'
     """
     rebased = dict(spec)
@@ -97,18 +100,15 @@ def write_files(files: dict[str, bytes], directory: str) -> None:
             handle.write(data)
 
 
-def returned_specs(final: dict[str, Any]) -> Iterator[dict[str, Any]]:
+def returned_specs(final: Done) -> Iterator[dict[str, Any]]:
     """The encoded values a finished job sends back: its return value and its named outputs."""
-    if final.get("value") is not None:
-        yield final["value"]
-    yield from (final.get("outputs") or {}).values()
+    if final.value is not None:
+        yield final.value
+    yield from final.outputs.values()
 
 
-def rebase_final(final: dict[str, Any], moves: dict[str, str]) -> dict[str, Any]:
+def rebase_final(final: Done, moves: dict[str, str]) -> Done:
     """A copy of a job's ``done`` message whose values are read from the new folder."""
-    rebased = dict(final)
-    if final.get("value") is not None:
-        rebased["value"] = rebase_spec(final["value"], moves)
-    if final.get("outputs"):
-        rebased["outputs"] = {name: rebase_spec(spec, moves) for name, spec in final["outputs"].items()}
-    return rebased
+    return dataclasses.replace(
+        final, value=None if final.value is None else rebase_spec(final.value, moves),
+        outputs={name: rebase_spec(spec, moves) for name, spec in final.outputs.items()})

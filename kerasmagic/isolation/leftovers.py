@@ -1,0 +1,169 @@
+"""The files isolation leaves in the temporary folders, whose they are, and sweeping up after
+kernels that died.
+
+Every file or folder of ours there is named after the kernel that made it
+(``kerasmagic-isolated-<pid>-…`` job folders, ``kerasmagic-worker-<pid>-…`` and
+``kerasmagic-template-<pid>-…`` logs), and each kernel holds an ``flock`` on
+``kerasmagic-kernel-<pid>-owner.lock`` (:func:`owner_lock_path`) for as long as it lives. A new
+template removes what belongs to kernels whose lock nobody holds (:func:`sweep_orphans`): a pid
+alone cannot tell, since a kernel in another container sharing ``/dev/shm`` has a pid that does
+not exist here. A template whose kernel died removes that kernel's lock files itself.
+
+Example:
+    >>> os.path.basename(owner_lock_path("/dev/shm", 4242))
+    'kerasmagic-kernel-4242-owner.lock'
+"""
+
+from __future__ import annotations
+
+import atexit
+import glob
+import os
+import re
+import shutil
+import tempfile
+
+from ..probes.process import pid_exists
+
+__all__ = [
+    "hold_owner_lock", "log_file", "our_folders", "owned_prefix", "owner_lock_path", "read_tail",
+    "release_owner_locks", "sweep_orphans",
+]
+
+#: The kinds of files of ours, each named ``kerasmagic-<kind>-<pid>-…`` after its kernel.
+_OWNED_NAME = re.compile(r"^kerasmagic-(?:isolated|worker|template|kernel)-(\d+)-")
+_LOCK_SUFFIX = "-owner.lock"
+
+_owner_locks: list[int] = []
+
+
+def owned_prefix(kind: str, pid: int | None = None) -> str:
+    """How a file of ours starts: named after its kernel (``pid``, this process by default).
+
+    Example:
+        >>> owned_prefix("isolated", 42)
+        'kerasmagic-isolated-42-'
+    """
+    return f"kerasmagic-{kind}-{os.getpid() if pid is None else pid}-"
+
+
+def owner_lock_path(folder: str, pid: int) -> str:
+    """The lock file that says kernel ``pid``'s files in ``folder`` are in use."""
+    return os.path.join(folder, f"{owned_prefix('kernel', pid)}{_LOCK_SUFFIX[1:]}")
+
+
+def our_folders() -> list[str]:
+    """Where our files go: the temporary folder, and ``/dev/shm`` (job folders, in RAM) where it exists."""
+    return [tempfile.gettempdir()] + (["/dev/shm"] if os.path.isdir("/dev/shm") else [])
+
+
+def log_file(kind: str) -> str:
+    """A new, empty log file of ours (``kind``: ``worker``, ``template``), named after this kernel."""
+    fd, path = tempfile.mkstemp(prefix=owned_prefix(kind), suffix=".log")
+    os.close(fd)
+    return path
+
+
+def read_tail(path: str, lines: int = 15) -> str:
+    """The last lines of a log (what a process that failed to start printed); "" when it is gone."""
+    try:
+        with open(path, errors="replace") as handle:
+            return "".join(handle.readlines()[-lines:])
+    except OSError:
+        return ""
+
+
+def hold_owner_lock() -> None:
+    """Hold, for this process's life, a lock saying "this kernel's files are in use".
+
+    A pid alone cannot tell: a kernel in another container that shares ``/dev/shm`` has a
+    pid that does not exist here. The lock (``flock``) is released by the OS when the kernel
+    dies, however it dies.
+    """
+    if _owner_locks:
+        return
+    import fcntl
+
+    for folder in our_folders():
+        try:
+            fd = os.open(owner_lock_path(folder, os.getpid()), os.O_CREAT | os.O_RDWR, 0o600)
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            continue
+        _owner_locks.append(fd)
+
+
+def release_owner_locks() -> None:
+    """Give up this process's claim on its isolation files now: the lock files go with it (a
+    kernel at a clean exit, a Ray node agent that is told to end; a killed kernel's go with its
+    template)."""
+    while _owner_locks:
+        os.close(_owner_locks.pop())
+    for folder in our_folders():
+        try:
+            os.unlink(owner_lock_path(folder, os.getpid()))
+        except OSError:
+            pass
+
+
+atexit.register(release_owner_locks)
+
+
+def _owner_gone(folder: str, pid: int) -> bool:
+    import fcntl
+
+    path = owner_lock_path(folder, pid)
+    try:
+        fd = os.open(path, os.O_RDWR)
+    except FileNotFoundError:
+        return not pid_exists(pid)  # no lock: a kernel of an older version; trust the pid
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False  # held: that kernel is alive, wherever its pid lives
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+    return True
+
+
+def sweep_orphans() -> list[str]:
+    """Remove job folders and logs left by kernels that no longer exist (killed, OOM-killed).
+
+    Example:
+        >>> sweep_orphans()      # nothing of a dead kernel's is left lying around
+        []
+    """
+    removed = []
+    for folder in our_folders():
+        gone: dict[int, bool] = {}
+        locks = []
+        for path in glob.glob(os.path.join(folder, "kerasmagic-*")):
+            match = _OWNED_NAME.match(os.path.basename(path))
+            if match is None:
+                continue
+            pid = int(match.group(1))
+            if pid not in gone:
+                gone[pid] = pid != os.getpid() and _owner_gone(folder, pid)
+            if not gone[pid]:
+                continue
+            if path.endswith(_LOCK_SUFFIX):
+                locks.append(path)  # last: it says whose the other files are
+                continue
+            if os.path.isdir(path):
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                try:
+                    os.unlink(path)
+                except OSError:
+                    continue
+            removed.append(path)
+        for path in locks:
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+    return removed
