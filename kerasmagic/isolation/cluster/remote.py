@@ -52,6 +52,9 @@ logger = logging.getLogger(__name__)
 #: After a job's own timeout, the agent kills it and reports; the kernel gives it this long
 #: to say so before it gives up on the node.
 _REPORT_GRACE_S = 15.0
+#: Between two looks at the running jobs' event streams (see RayBackend._poll_events): the
+#: most an output line waits before it shows, at about 50 cheap calls a second.
+_EVENT_POLL_S = 0.02
 _job_numbers = itertools.count(1)
 
 
@@ -309,14 +312,7 @@ class RayBackend:
         for run in runs:
             if run.attempt.needs_agent_on is not None and run.phase not in ("over", "cancelled"):
                 run.attempt.resubmit()
-        try:
-            ready, _ = ray.wait([run.attempt.events for run in runs if run.attempt.events is not None],
-                                num_returns=1, timeout=0.25)
-        except SystemExit:
-            # Ray's answer to a call after ray.shutdown() (from another thread or cell).
-            if ray.is_initialized():
-                raise
-            ready = []
+        ready = self._poll_events(runs)
         if not ray.is_initialized():
             self._shut_down_under(runs)
             return False
@@ -367,6 +363,31 @@ class RayBackend:
 
     def close(self) -> None:
         pass
+
+    def _poll_events(self, runs: list[JobRun]) -> list[Any]:
+        """The event streams that have something, waiting up to a quarter second in short polls.
+
+        ``ray.shutdown()`` from another thread while this thread is inside Ray's blocking wait can
+        leave that wait spinning for ever (seen in CI: the cell never returned). So no call here
+        blocks inside Ray: each is a zero-timeout look, made only while Ray is connected (after a
+        shutdown, any Ray call would start a new local cluster), with the waiting done in Python.
+        """
+        ray = self.ray
+        streams = [run.attempt.events for run in runs if run.attempt.events is not None]
+        deadline = time.perf_counter() + 0.25
+        while True:
+            if not ray.is_initialized():
+                return []
+            try:
+                ready, _ = ray.wait(streams, num_returns=1, timeout=0) if streams else ([], [])
+            except SystemExit:
+                # Ray's answer to a call after ray.shutdown() (from another thread or cell).
+                if ray.is_initialized():
+                    raise
+                return []
+            if ready or time.perf_counter() >= deadline:
+                return ready
+            time.sleep(_EVENT_POLL_S)
 
     def _shut_down_under(self, runs: list[JobRun]) -> None:
         """``ray.shutdown()`` ran while jobs did: they end here in words, and nothing of Ray is called
