@@ -85,6 +85,16 @@ _FAULT_STACK = re.compile(r"Fatal Python error: [^\n]*\n(?:.*\n)*?.*\(most recen
 _PACKAGE_DIRS = ("site-packages", "dist-packages")
 #: What an attempt keeps of its job's output (the checkpoint stores it with the attempt).
 _OUTPUT_TAIL_CHARS = 3000
+#: faulthandler's line naming every extension module loaded (with the job's item prefix, if any).
+_EXTENSION_MODULES = re.compile(r"^(?:\[[^\]\n]*\] )?Extension modules: [^\n]*\n?", re.MULTILINE)
+
+
+def _without_module_lists(output: str) -> str:
+    """``output`` without the list of extension modules faulthandler prints after a fault's stack:
+    one line of thousands of characters in a process that imported pandas or TensorFlow, which
+    would push what the job printed before it died out of the kept tail, and that says nothing
+    about the job."""
+    return _EXTENSION_MODULES.sub("", output)
 
 
 def fault_site(output: str) -> str | None:
@@ -186,6 +196,6 @@ def attempt_record(number: int, result: Any, error: BaseException | None, *, tim
         "node": dict(result.node) if result.node else None,
         # The kernel's tail of the job's output (8 KiB) holds more than the report's last 12 lines:
         # a fault's stack alone can fill those.
-        "output_tail": (output or result.last_output or "")[-_OUTPUT_TAIL_CHARS:],
+        "output_tail": _without_module_lists(output or result.last_output or "")[-_OUTPUT_TAIL_CHARS:],
         "finished_ts": result.finished_ts,
     }

@@ -190,3 +190,19 @@ def test_the_cause_names_the_node_on_a_cluster():
     job = IsolatedResult("x", status="crash", exit_code=-11, signal_name="SIGSEGV",
                          node={"ip": "10.0.0.7", "hostname": "gpu-7"})
     assert death_cause(job, None) == "segmentation fault (signal 11, SIGSEGV) on node 10.0.0.7 (gpu-7)"
+
+
+def test_the_kept_output_is_what_the_job_printed_not_faulthandlers_module_list():
+    # CI: in a template that imported pandas and TensorFlow, faulthandler's one-line list of
+    # extension modules filled the kept tail and pushed out what the job printed before its fault.
+    from kerasmagic.isolation.result import IsolatedResult
+    from kerasmagic.isolation.retries import attempt_record
+
+    modules = ", ".join(f"package{i}._speedups" for i in range(400))
+    output = ("about to touch a freed pointer\nFatal Python error: Segmentation fault\n\n"
+              "Stack (most recent call first):\n  File \"/work/fold.py\", line 7 in fold\n\n"
+              f"Extension modules: {modules} (total: 400)\n")
+    job = IsolatedResult("x", status="crash", exit_code=-11, signal_name="SIGSEGV")
+    tail = attempt_record(1, job, None, timeout=None, output=output)["output_tail"]
+    assert "about to touch a freed pointer" in tail and "line 7 in fold" in tail, tail[:200]
+    assert "Extension modules" not in tail
