@@ -230,9 +230,10 @@ def _report_failure(request, page, console: list[str]) -> None:
     print("\n".join(lines), file=sys.stderr)
 
 
-@pytest.fixture
-def page(browser, request):
-    context = browser.new_context(viewport={"width": 1400, "height": 900})
+def _browser_page(browser, request, **screen):
+    """A page in a context of its own with the `screen` options (viewport, scale factor), its
+    console kept for the account of a failure."""
+    context = browser.new_context(**screen)
     page = context.new_page()
     page.set_default_timeout(60_000)
     console: list[str] = []
@@ -243,6 +244,17 @@ def page(browser, request):
         _report_failure(request, page, console)
     finally:
         context.close()
+
+
+@pytest.fixture
+def page(browser, request):
+    yield from _browser_page(browser, request, viewport={"width": 1400, "height": 900})
+
+
+@pytest.fixture
+def projector(browser, request):
+    """A page on a projector's screen: 1280×720 CSS pixels at a device scale factor of 1.5."""
+    yield from _browser_page(browser, request, viewport={"width": 1280, "height": 720}, device_scale_factor=1.5)
 
 
 @pytest.fixture(scope="session")

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import _report_failure, wait_kernel_ready
+from .conftest import wait_kernel_ready
 from .test_timeline import SIDEBAR, _layout_defects, _open, _run_and_wait, _set_sidebar_width
 
 pytestmark = pytest.mark.ui
@@ -40,21 +40,6 @@ CELLS = [
     "events.publish('clear_tf', {'freed_rss_bytes': 1})\nheld.clear()",
     "raise ValueError('a cell that fails')",
 ]
-
-
-@pytest.fixture
-def projector(browser, request):
-    """A page on a projector's screen: 1280×720 CSS pixels at a device scale factor of 1.5."""
-    context = browser.new_context(viewport={"width": 1280, "height": 720}, device_scale_factor=1.5)
-    page = context.new_page()
-    page.set_default_timeout(60_000)
-    console: list[str] = []
-    page.on("console", lambda message: console.append(f"{message.type}: {message.text}"))
-    try:
-        yield page
-        _report_failure(request, page, console)
-    finally:
-        context.close()
 
 
 # The WCAG contrast ratio of each drawn series' stroke against the panel's background.
