@@ -155,7 +155,10 @@ def _defects(page, classroom: bool, marks: int) -> list[str]:
     # the panel's height (45 % of it), the usual one is 173 px.
     if facts["window"] != "0":
         out.append(f"1: window {facts['window']}, not all the history")
-    if facts["rssStart"] is None or facts["rssStart"] > facts["chart"]["width"] / 3:
+    # The defect: a short lesson filled the right 5-10 % of a fixed window. The axis starts when
+    # the extension loaded, and a loaded machine's first samples come seconds later (CI: at
+    # 33-40 % of a one-minute session): the left half is what fitting the history means here.
+    if facts["rssStart"] is None or facts["rssStart"] > facts["chart"]["width"] / 2:
         out.append(f"1: the RSS line starts at {facts['rssStart']} of {facts['chart']['width']}")
     if facts["chart"]["width"] < facts["panel"]["width"] - 24:
         out.append(f"1: chart {facts['chart']['width']} px wide in a {facts['panel']['width']} px panel")
