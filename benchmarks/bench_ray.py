@@ -35,7 +35,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from bench_isolation import fit_small  # the same job as the local isolation benchmark
+from bench_isolation import _cpu_model, fit_small  # the same job as the local isolation benchmark
 
 _OBJECT_STORE_BYTES = 80 * 1024 * 1024
 
@@ -149,17 +149,6 @@ def _in_process_elsewhere() -> float:
     done = subprocess.run([sys.executable, "-c", code, os.path.dirname(os.path.abspath(__file__))],
                           capture_output=True, text=True, check=True)
     return float(done.stdout.strip().splitlines()[-1])
-
-
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as info:
-            for line in info:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "unknown CPU"
 
 
 if __name__ == "__main__":
