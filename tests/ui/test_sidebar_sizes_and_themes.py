@@ -136,6 +136,26 @@ def _next_sample(page) -> None:
     page.wait_for_timeout(200)
 
 
+def _room_for_the_newest_span(page) -> None:
+    """Wait, on a chart over 300 px wide, until a span states its change (defect 5).
+
+    The chart fits the history it has, so the newest span's room grows with each second after
+    the last cell: how much it has when a state is checked depends on how fast a loaded machine
+    ran the cells, not on the panel. A chart that never makes room fails `_defects` after this.
+    """
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    try:
+        page.wait_for_function(f"""() => {{
+            const svg = document.querySelector('{SIDEBAR} svg.jp-KerasMagic-chart');
+            return svg.getBoundingClientRect().width <= 300 || [...svg.querySelectorAll('.jp-KerasMagic-span')]
+                .some(g => g.dataset.change && (g.querySelector('.jp-KerasMagic-spanLabel')?.textContent ?? '')
+                    .includes(g.dataset.change));
+        }}""", timeout=60_000)
+    except PlaywrightTimeout:
+        pass  # _defects says what the spans show
+
+
 def _ratio(one: str, other: str) -> float:
     """WCAG's contrast ratio of two computed colours ("rgb(…)", their alpha left out)."""
     def luminance(color: str) -> float:
@@ -261,6 +281,7 @@ def _every_state(page, screens, marks: int, artifacts) -> list[str]:
             for classroom in (False, True):
                 _classroom(page, classroom)
                 _next_sample(page)
+                _room_for_the_newest_span(page)
                 mode = "classroom" if classroom else "normal"
                 page.locator(SIDEBAR).screenshot(path=str(artifacts / f"sizes-{name}-{theme}-{mode}.png"))
                 problems += [f"{name} {theme} {mode}: {line}" for line in _defects(page, classroom, marks)]
