@@ -122,6 +122,9 @@ class WorkerPool:
         self._lock = threading.Lock()
         self._templates: list[TemplateHandle] = []
         self._ending: list[TemplateHandle] = []  # retired, waiting for their children
+        # Stale templates that were still importing with jobs waiting for them: retired once
+        # each of those jobs has its fork (see _template_for), never killed under them.
+        self._retire_when_served: set[TemplateHandle] = set()
         self._running: set[JobProcess] = set()
         self._tasks: queue.Queue = queue.Queue()
         self._thread: threading.Thread | None = None
@@ -228,6 +231,7 @@ class WorkerPool:
 
     def _template_ended(self, template: TemplateHandle) -> None:
         with self._lock:
+            self._retire_when_served.discard(template)
             for group in (self._templates, self._ending):
                 if template in group:
                     group.remove(template)
@@ -236,8 +240,12 @@ class WorkerPool:
 
     # --- what jobs use --------------------------------------------------------------------
 
-    def _template_for(self, spec: WorkerSpec) -> tuple[TemplateHandle, str]:
-        """The template for ``spec``, started if there is none: and how warm it is."""
+    def _template_for(self, spec: WorkerSpec, waiter: int | None = None) -> tuple[TemplateHandle, str]:
+        """The template for ``spec``, started if there is none: and how warm it is.
+
+        ``waiter`` (a launch's id) is counted among the template's :attr:`waiting` jobs under
+        the same lock, so that no other thread can find the template unwanted in between.
+        """
         with self._lock:
             if self._closed:
                 raise RuntimeError("the isolation pool was shut down")
@@ -245,16 +253,28 @@ class WorkerPool:
             usable.sort(key=lambda t: t.state != "ready")
             if usable:
                 template = usable[0]
+                if waiter is not None:
+                    template.waiting.add(waiter)
                 return template, ("warm" if template.state == "ready" else "starting")
             # The newest spec wins: a template for another environment, or one started before
             # the kernel imported another framework, is retired once its jobs end.
             stale = [t for t in self._templates if t.spec.can_run(spec) or not t.busy()]
+            # One that jobs wait for (still importing, or ready with their forks not yet asked)
+            # is retired once they have their forks: a warm-up for another spec (a node
+            # agent's, learn()'s) that comes while a job waits must not kill the job's template
+            # under it (issue 23, fault 11: "could not import numpy: it printed:", nothing more).
+            served_first = {t for t in stale if t.waiting}
             for old in stale:
                 self._templates.remove(old)
                 self._ending.append(old)
+            self._retire_when_served |= served_first
             template = TemplateHandle(spec, self._template_ended)
+            if waiter is not None:
+                template.waiting.add(waiter)
             self._templates.append(template)
         for old in stale:
+            if old in served_first:
+                continue
             old.retire()
             if old.state == "starting" or not old.busy():
                 old.kill()
@@ -285,11 +305,9 @@ class WorkerPool:
             launch.state, launch.note = "fresh", "forking is off (configure_pool(fork=True) turns it on)"
             self._launch_fresh(spec, launch)
             return launch
-        template, launch.state = self._template_for(spec)
+        template, launch.state = self._template_for(spec, waiter=id(launch))
         launch.template_pid = template.pid
         launch.template = template
-        with self._lock:
-            template.waiting.add(id(launch))
 
         def forked(future: Future) -> None:
             error = future.exception()
@@ -314,18 +332,31 @@ class WorkerPool:
         def ready(future: Future) -> None:
             with self._lock:
                 template.waiting.discard(id(launch))
-            launch.template_pid = template.pid
-            error = future.exception()
-            if error is not None:
-                _fail_launch(launch, error)
-                return
-            launch.template_threads = list(template.ready_info.threads if template.ready_info is not None else [])
-            if launch.future.cancelled():
-                return
-            template.fork(spec, directory).add_done_callback(_guarded(launch, forked))
+            try:
+                launch.template_pid = template.pid
+                error = future.exception()
+                if error is not None:
+                    _fail_launch(launch, error)
+                    return
+                launch.template_threads = list(template.ready_info.threads if template.ready_info is not None
+                                               else [])
+                if launch.future.cancelled():
+                    return
+                template.fork(spec, directory).add_done_callback(_guarded(launch, forked))
+            finally:
+                self._retire_if_served(template)  # after the fork request: the template forks, then retires
 
         template.ready.add_done_callback(_guarded(launch, ready))
         return launch
+
+    def _retire_if_served(self, template: TemplateHandle) -> None:
+        """Retire a stale template once no job waits for it any more (see :meth:`_template_for`):
+        it exits when the children it forked for them have ended."""
+        with self._lock:
+            if template not in self._retire_when_served or template.waiting:
+                return
+            self._retire_when_served.discard(template)
+        template.retire()
 
     def _launch_fresh(self, spec: WorkerSpec, launch: Launch) -> None:
         def start() -> None:
@@ -374,8 +405,12 @@ class WorkerPool:
             stop = template.state == "starting" and not template.waiting  # nobody else waits for it
             if stop and template in self._templates:
                 self._templates.remove(template)
+            if stop:
+                self._retire_when_served.discard(template)
         if stop:
             template.kill()
+        else:
+            self._retire_if_served(template)
 
     def release(self, worker: JobProcess) -> None:
         """A job is over: its process group must be gone (it exits by itself; we make sure)."""
@@ -449,6 +484,7 @@ class WorkerPool:
             templates = [*self._templates, *self._ending]
             running = list(self._running)
             self._templates, self._ending, self._running = [], [], set()
+            self._retire_when_served = set()
             thread, self._thread = self._thread, None
         for worker in running:
             worker.kill()

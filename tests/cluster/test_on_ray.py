@@ -74,6 +74,22 @@ def test_a_nodes_templates_learn_what_its_jobs_import(cluster):
     assert second.value is True and name in second.template_modules and name not in second.job_imported
 
 
+def test_a_new_nodes_first_job_forks_from_the_template_its_warm_up_started(cluster, add_node):
+    # Issue 23, fault 11: the agent's warm-up started a template without the job's
+    # OMP_NUM_THREADS (read at import time), so the first job needed a template of its own,
+    # and the warm-up's was killed, at times under a job waiting on it ("could not import
+    # numpy: it printed:"). Now the warm-up starts the job's own template.
+    node = add_node()
+    try:
+        result = run_isolated("import os\nthreads = os.environ['OMP_NUM_THREADS']",
+                              on=OnRay(node=node.node_id), timeout=300)
+        assert result.status == "ok" and result.outputs["threads"] == "1", str(result)
+        assert result.worker_state in ("starting", "warm"), (result.worker_state, str(result))
+        assert len(result.agent["templates"]) == 1, result.agent
+    finally:
+        cluster.remove_node(node)
+
+
 def slow_item(index):
     import os
     import time

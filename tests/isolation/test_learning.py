@@ -133,3 +133,41 @@ def test_a_light_drivers_map_learns_after_its_first_job():
     assert first == [[], ["numpy"]]
     assert all("numpy" in had and imported == [] for had, imported in later), later
     assert "[0] imported numpy itself" in report["summary"], report["summary"]
+
+
+def test_a_warm_up_for_another_spec_does_not_kill_the_template_a_job_waits_for(tmp_path):
+    # Issue 23, fault 11: a node agent's warm-up (or learn()'s prestart) for another spec came
+    # while a job waited on a template that was still importing; that template was killed, and
+    # the job failed with "could not import numpy: it printed:" and an empty log. A starting
+    # template that a job waits for is retired once that job has its fork, never killed.
+    import concurrent.futures
+    import time
+
+    site = tmp_path / "slow"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text("import time\ntime.sleep(1.5)\n")
+    base = dict(worker_spec().env)
+    slow = WorkerSpec((), tuple(sorted({**base, "PYTHONPATH": str(site)}.items())))
+    other = WorkerSpec((), tuple(sorted({**base, "KERASMAGIC_TEST_OTHER_SPEC": "1"}.items())))
+    pool = WorkerPool(size=2, learn=False)
+    try:
+        with concurrent.futures.ThreadPoolExecutor(1) as executor:
+            job = executor.submit(_run, pool, slow, "x = 6 * 7", ("x",))
+            deadline = time.monotonic() + 30
+            while not any(t["state"] == "starting" and t["pid"] for t in pool.template_states()):
+                assert time.monotonic() < deadline, "the job's template never started"
+                time.sleep(0.02)
+            waited_on = pool.template_states()[0]["pid"]
+            pool.prestart(other)  # the late warm-up, while the job waits for the import
+            result = job.result(timeout=60)
+        assert result.status == "ok" and result.outputs == {"x": 42}, str(result)
+        assert result.worker_state == "cold" and result.origin == "forked", str(result)
+        # Served, the stale template goes; the warm-up's template is the one that stays.
+        deadline = time.monotonic() + 10
+        while waited_on in pool.pids():
+            assert time.monotonic() < deadline, "the stale template outlived its last job"
+            time.sleep(0.05)
+        assert pool.wait_until_warm(other, timeout=60)
+        assert [t["pid"] for t in pool.template_states()] != [waited_on]
+    finally:
+        pool.shutdown()

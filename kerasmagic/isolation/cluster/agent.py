@@ -81,6 +81,31 @@ def _node_environment(overrides: dict[str, str]) -> tuple[tuple[str, str], ...]:
     return tuple(sorted(environment.items()))
 
 
+def job_environment(overrides: dict[str, str], num_cpus: float | None,
+                    gpu_ids: list[str] | None = None) -> tuple[tuple[str, str], ...]:
+    """A job's environment on this node, and the one its template is warmed with: one function for
+    both, so that the warm-up starts the very template the first job needs.
+
+    ``OMP_NUM_THREADS`` is read at import time (it is not in
+    :data:`~kerasmagic.isolation.spec.LATE_ENV`): a warm-up without it started a template the
+    job could not use, and the job's own template replaced it (issue 23, fault 11).
+
+    Example:
+        >>> dict(job_environment({}, 4))["OMP_NUM_THREADS"]
+        '4'
+        >>> dict(job_environment({"OMP_NUM_THREADS": "2"}, 4))["OMP_NUM_THREADS"]
+        '2'
+    """
+    overrides = dict(overrides)
+    if gpu_ids is not None:
+        # The GPUs Ray gave the relay task are the job's: the child sees those and no other.
+        overrides["CUDA_VISIBLE_DEVICES"] = ",".join(gpu_ids)
+    if "OMP_NUM_THREADS" not in overrides:
+        # What Ray gives any task: OpenMP pools sized to the CPUs the job holds, not to the node.
+        overrides["OMP_NUM_THREADS"] = str(max(1, int(num_cpus or 1)))
+    return _node_environment(overrides)
+
+
 class QueueSink:
     """A job's sink on a node (:class:`~kerasmagic.isolation.sink.JobSink`): its output, displays and
     samples go into a queue that the agent streams to the kernel, and its values are read back as
@@ -203,14 +228,15 @@ class NodeAgent:
             "running": self.pool.running(),
         }
 
-    def warm(self, preload: list[str], overrides: dict[str, str]) -> None:
-        """Start the template for the kernel's frameworks now, before the first job asks.
+    def warm(self, preload: list[str], overrides: dict[str, str], num_cpus: float | None = None) -> None:
+        """Start the template for the kernel's frameworks now, before the first job asks: the one
+        a job asking for ``num_cpus`` CPUs forks from (:func:`job_environment`).
 
         Never raises: the kernel does not wait for it, and Ray would print an uncollected
         error (a pool already shut down, a failed start) into the user's cell.
         """
         try:
-            self.pool.prestart(WorkerSpec(tuple(preload), _node_environment(overrides)))
+            self.pool.prestart(WorkerSpec(tuple(preload), job_environment(overrides, num_cpus)))
         except Exception:  # the first job starts it again and reports what fails
             logger.info("kerasmagic: warming the node's template failed", exc_info=True)
 
@@ -275,14 +301,8 @@ class NodeAgent:
         fields = dict(request["job"])
         fields["call"], fields["inputs"] = rebase_job(fields.get("call"), fields.get("inputs") or {}, moves)
         job = Job(directory=directory, **fields)
-        overrides = dict(request["overrides"])
-        if request.get("gpu_ids") is not None:
-            # The GPUs Ray gave the relay task are the job's: the child sees those and no other.
-            overrides["CUDA_VISIBLE_DEVICES"] = ",".join(request["gpu_ids"])
-        if "OMP_NUM_THREADS" not in overrides:
-            # What Ray gives any task: OpenMP pools sized to the CPUs the job holds, not to the node.
-            overrides["OMP_NUM_THREADS"] = str(max(1, int(request.get("num_cpus") or 1)))
-        spec = WorkerSpec(tuple(request["preload"]), _node_environment(overrides))
+        environment = job_environment(request["overrides"], request.get("num_cpus"), request.get("gpu_ids"))
+        spec = WorkerSpec(tuple(request["preload"]), environment)
         sink = QueueSink()
         run = JobRun(job, spec, IsolatedResult(request["label"]), timeout=request["timeout"], sink=sink)
         place = _kernel_place(request.get("cwd"), tuple(request.get("sys_path") or ()))

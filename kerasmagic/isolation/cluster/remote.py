@@ -74,8 +74,9 @@ class ClusterSession:
         # (Ray's default for a task with GPUs is a new worker per call).
         self._relay = ray.remote(max_calls=0, max_retries=0)(relay_job)
 
-    def refresh(self, preload: tuple[str, ...], overrides: dict[str, str]) -> None:
-        """An agent on every alive node that has none yet; each starts its template at once."""
+    def refresh(self, preload: tuple[str, ...], overrides: dict[str, str], num_cpus: float) -> None:
+        """An agent on every alive node that has none yet; each starts its template at once: the
+        one a job that asks for ``num_cpus`` CPUs forks from (its ``OMP_NUM_THREADS``)."""
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         alive = {node["NodeID"]: node for node in self.ray.nodes() if node.get("Alive")}
@@ -95,7 +96,7 @@ class ClusterSession:
                 name=agent_name(self.session, node_id), namespace=NAMESPACE, get_if_exists=True, num_cpus=0,
                 max_concurrency=1000, max_restarts=0,
                 scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False)).remote()
-            agent.warm.remote(list(preload), overrides)  # warm() never raises: nothing to collect
+            agent.warm.remote(list(preload), overrides, num_cpus)  # warm() never raises: nothing to collect
             self.agents[node_id] = agent
 
     def forget_agent(self, node_id: str) -> None:
@@ -289,7 +290,7 @@ class RayBackend:
             run.result.on = "ray"
             run.result.cluster_note = note
         if runs:
-            session.refresh(runs[0].spec.preload, _overrides(runs[0].spec))
+            session.refresh(runs[0].spec.preload, _overrides(runs[0].spec), self.target.num_cpus)
         self.node_id = session.node_for(self.target.node)
 
     def start(self, run: JobRun) -> None:
@@ -454,7 +455,7 @@ class _RayJob:
         node_id, self.needs_agent_on = self.needs_agent_on, None
         logger.info("kerasmagic: job %s sent again to node %s, which had no agent", self.job_id, node_id)
         session.forget_agent(node_id or "")
-        session.refresh(self.run.spec.preload, _overrides(self.run.spec))
+        session.refresh(self.run.spec.preload, _overrides(self.run.spec), self.backend.target.num_cpus)
         self.resubmitted = True
         self.submit(node_id)
 
