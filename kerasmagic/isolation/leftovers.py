@@ -27,7 +27,7 @@ from ..probes.process import pid_exists
 
 __all__ = [
     "hold_owner_lock", "log_file", "our_folders", "owned_prefix", "owner_lock_path", "read_tail",
-    "release_owner_locks", "sweep_orphans",
+    "release_owner_locks", "running", "sweep_orphans",
 ]
 
 #: The kinds of files of ours, each named ``kerasmagic-<kind>-<pid>-…`` after its kernel.
@@ -109,6 +109,29 @@ def release_owner_locks() -> None:
 atexit.register(release_owner_locks)
 
 
+def running(pid: int) -> bool:
+    """Whether ``pid`` is a live process here: a zombie is not.
+
+    A killed kernel stays a zombie until its parent (the Jupyter server) collects it, which may
+    be much later; its pid cannot be reused until then, so the zombie is the dead kernel itself
+    (or another process that got its number and died too). Where ``/proc`` cannot tell, the pid
+    alone answers.
+
+    Example:
+        >>> running(os.getpid())
+        True
+    """
+    if not pid_exists(pid):
+        return False
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            stat = handle.read()
+    except OSError:
+        return True  # no /proc (macOS), or it is not ours to read: it exists
+    state = stat[stat.rfind(b")") + 2:][:1]  # the field after "(command name)"
+    return state not in (b"Z", b"X", b"x")
+
+
 def _owner_gone(folder: str, pid: int) -> bool:
     import fcntl
 
@@ -116,7 +139,9 @@ def _owner_gone(folder: str, pid: int) -> bool:
     try:
         fd = os.open(path, os.O_RDWR)
     except FileNotFoundError:
-        return not pid_exists(pid)  # no lock: a kernel of an older version; trust the pid
+        # No lock: a kernel of an older version, or one whose template removed its lock when it
+        # died (and then its files, unless it was killed too). Trust the pid, a zombie is gone.
+        return not running(pid)
     except OSError:
         return False
     try:
