@@ -7,7 +7,8 @@ Every file or folder of ours there is named after the kernel that made it
 ``kerasmagic-kernel-<pid>-owner.lock`` (:func:`owner_lock_path`) for as long as it lives. A new
 template removes what belongs to kernels whose lock nobody holds (:func:`sweep_orphans`): a pid
 alone cannot tell, since a kernel in another container sharing ``/dev/shm`` has a pid that does
-not exist here. A template whose kernel died removes that kernel's lock files itself.
+not exist here. A template whose kernel died removes all of that kernel's files itself, at
+once (:func:`remove_kernel_files`).
 
 Example:
     >>> os.path.basename(owner_lock_path("/dev/shm", 4242))
@@ -27,11 +28,13 @@ from ..probes.process import pid_exists
 
 __all__ = [
     "hold_owner_lock", "log_file", "our_folders", "owned_prefix", "owner_lock_path", "read_tail",
-    "release_owner_locks", "running", "sweep_orphans",
+    "release_owner_locks", "remove_kernel_files", "running", "sweep_orphans",
 ]
 
 #: The kinds of files of ours, each named ``kerasmagic-<kind>-<pid>-…`` after its kernel.
 _OWNED_NAME = re.compile(r"^kerasmagic-(?:isolated|worker|template|kernel)-(\d+)-")
+#: The kinds of files a kernel makes besides its owner lock (job folders, a map's shared folder, logs).
+_FILE_KINDS = ("isolated", "worker", "template")
 _LOCK_SUFFIX = "-owner.lock"
 
 _owner_locks: list[int] = []
@@ -130,6 +133,62 @@ def running(pid: int) -> bool:
         return True  # no /proc (macOS), or it is not ours to read: it exists
     state = stat[stat.rfind(b")") + 2:][:1]  # the field after "(command name)"
     return state not in (b"Z", b"X", b"x")
+
+
+def remove_kernel_files(pid: int, folders: list[str]) -> list[str]:
+    """Remove every file kernel ``pid`` left in ``folders`` (job folders, a map's shared folder and
+    its items' folders, logs), then its owner locks: for a template whose kernel is dead.
+
+    A folder whose owner lock someone holds is left alone: a kernel with the same number in
+    another PID namespace sharing ``/dev/shm`` lives. The lock is held while the files go, so
+    that no sweep of a new kernel works on them at the same time. Safe in a signal handler of a
+    single-threaded process: it imports nothing, takes no lock of Python's and looks nothing up
+    but the folders (``folders``: :func:`our_folders`, worked out beforehand).
+    """
+    import fcntl  # POSIX only; imported by now in any process that holds or sweeps locks
+
+    removed = []
+    prefixes = tuple(owned_prefix(kind, pid) for kind in _FILE_KINDS)
+    for folder in folders:
+        lock_path = owner_lock_path(folder, pid)
+        try:
+            fd: int | None = os.open(lock_path, os.O_RDWR)
+        except FileNotFoundError:
+            fd = None
+        except OSError:
+            continue
+        try:
+            if fd is not None:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except OSError:
+                    continue  # held: that kernel's number is alive somewhere
+            try:
+                names = os.listdir(folder)
+            except OSError:
+                continue
+            for name in names:
+                if not name.startswith(prefixes):
+                    continue
+                path = os.path.join(folder, name)
+                if os.path.isdir(path) and not os.path.islink(path):
+                    shutil.rmtree(path, ignore_errors=True)
+                else:
+                    try:
+                        os.unlink(path)
+                    except OSError:
+                        continue
+                removed.append(path)
+            if fd is not None:
+                try:
+                    os.unlink(lock_path)
+                    removed.append(lock_path)
+                except OSError:
+                    pass
+        finally:
+            if fd is not None:
+                os.close(fd)
+    return removed
 
 
 def _owner_gone(folder: str, pid: int) -> bool:

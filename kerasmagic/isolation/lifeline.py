@@ -28,9 +28,13 @@ import select
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable
 
-__all__ = ["PARENT_GONE_EXIT", "become_subreaper", "lifeline_pipe", "set_parent_death_signal", "watch_parent"]
+__all__ = [
+    "PARENT_GONE_EXIT", "become_subreaper", "lifeline_pipe", "parent_gone", "set_parent_death_signal",
+    "watch_parent",
+]
 
 #: Exit status of a template (or a job's process) that found its parent gone.
 PARENT_GONE_EXIT = 75
@@ -54,6 +58,23 @@ def set_parent_death_signal(signum: int = signal.SIGTERM) -> None:
             ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signum)
         except (OSError, AttributeError):
             pass  # the watch pipe still covers us
+
+
+def parent_gone(parent_pid: int, within: float = 1.0) -> bool:
+    """Whether the parent has died: this process was handed to another parent (up to ``within``
+    seconds to see it).
+
+    A signal or the lifeline's EOF says "gone" but cannot prove it: a SIGTERM may come from
+    anyone, and the lifeline's end is closed a moment before the process is. Its death moves
+    its children to another parent at once, also while it stays a zombie, and by then its
+    descriptors and locks are released. Safe in a signal handler (no lock taken).
+    """
+    deadline = time.monotonic() + within
+    while os.getppid() == parent_pid:
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.01)
+    return True
 
 
 def become_subreaper() -> bool:

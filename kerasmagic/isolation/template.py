@@ -48,8 +48,8 @@ from typing import Any
 from ..probes.availability import Unavailable
 from ..probes.process import child_pids, rss_bytes
 from .fork_safety import ForkSafety
-from .leftovers import log_file, our_folders, owner_lock_path, read_tail, sweep_orphans
-from .lifeline import PARENT_GONE_EXIT, become_subreaper, lifeline_pipe, set_parent_death_signal
+from .leftovers import log_file, our_folders, read_tail, remove_kernel_files, sweep_orphans
+from .lifeline import PARENT_GONE_EXIT, become_subreaper, lifeline_pipe, parent_gone, set_parent_death_signal
 from .messages import (
     CONTROL_CHANNEL,
     Exited,
@@ -73,6 +73,8 @@ logger = logging.getLogger(__name__)
 
 #: The largest control message (a fork request: the job's environment and folder).
 MAX_CONTROL_BYTES = 1 << 20
+#: How long a template that was told its kernel is gone waits to see it handed to a new parent.
+_PROOF_OF_DEATH_S = 2.0
 
 
 class TemplateFailed(Exception):
@@ -410,7 +412,7 @@ class TemplateServer:
         #: Processes a job left behind that this template adopted and ended (the log says which).
         self.orphans_ended = 0
         # Worked out now: at the kernel's death there must be nothing left to look up.
-        self.owner_lock_paths = [owner_lock_path(folder, parent_pid) for folder in our_folders()]
+        self.folders = our_folders()
         self.wake_read, self.wake_write = os.pipe()
         os.set_blocking(self.wake_read, False)
         os.set_blocking(self.wake_write, False)
@@ -447,7 +449,7 @@ class TemplateServer:
             data, fds = b"", []
         if not data:
             _close_fds(fds)
-            self.kernel_gone(kernel_dead=False)  # the pool closed us: nothing may outlive it
+            self.kernel_gone()  # the kernel died, or the pool closed us: nothing may outlive it
         try:
             message = CONTROL_CHANNEL.loads(data)
             if isinstance(message, Fork):
@@ -561,8 +563,15 @@ class TemplateServer:
             self.children.pop(pid, None)
             self.exited.discard(pid)
 
-    def kernel_gone(self, kernel_dead: bool = True) -> None:
-        """The kernel died or closed us: end every job's process group, remove their files, exit."""
+    def kernel_gone(self) -> None:
+        """The kernel died or closed us: end every job's process group, remove their files, exit.
+
+        A dead kernel's files go too, all of them: the folders of jobs that were never forked
+        (an ``isolated_map``'s shared folder and its items not yet started, 25 MiB each in
+        ``/dev/shm`` for large items), the logs, the owner locks (issue 23, fault 5). Only once
+        its death is proven (this process was handed to another parent): a SIGTERM may be
+        anyone's, and a live kernel's files are in use.
+        """
         # Once only: the parent-death SIGTERM arrives while the watch pipe's EOF is being
         # handled, and its handler re-entering here deadlocked on a lock the first call held
         # (tempfile's, seen under CI). Nothing in here may take a lock the loop might hold.
@@ -579,12 +588,9 @@ class TemplateServer:
             shutil.rmtree(directory, ignore_errors=True)
         if self.subreaper:
             self.end_orphans()
-        # The kernel's own "my files are in use" locks (leftovers.hold_owner_lock) go with it.
-        for path in self.owner_lock_paths if kernel_dead else ():
-            try:
-                os.unlink(path)
-            except OSError:
-                pass
+        if parent_gone(self.parent_pid, within=_PROOF_OF_DEATH_S):
+            # Its job folders and logs, then its "my files are in use" locks (leftovers.hold_owner_lock).
+            remove_kernel_files(self.parent_pid, self.folders)
         self.exit(PARENT_GONE_EXIT)
 
     def exit(self, code: int) -> None:

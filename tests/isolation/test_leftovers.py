@@ -1,13 +1,16 @@
-"""A kernel that dies leaves nothing in /dev/shm or the temporary folder (issue 23, fault 5): a
-dead kernel that is still a zombie counts as gone for the sweep of a new template."""
+"""A kernel that dies leaves nothing in /dev/shm or the temporary folder (issue 23, fault 5): not
+in the middle of an ``isolated_map`` with large items, and a dead kernel that is still a zombie
+counts as gone for the sweep of a new template."""
 
 from __future__ import annotations
 
 import glob
 import os
+import signal
 import subprocess
 import sys
 import tempfile
+import textwrap
 import time
 import uuid
 
@@ -26,6 +29,13 @@ def _files_of(pid: int) -> list[str]:
     return sorted(path for folder in our_folders() for path in glob.glob(os.path.join(folder, f"kerasmagic-*-{pid}-*")))
 
 
+def _left_after(paths: list[str], within: float) -> list[str]:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline and any(os.path.exists(p) for p in paths):
+        time.sleep(0.05)
+    return [p for p in paths if os.path.exists(p)]
+
+
 def _gone(pid: int, within: float) -> bool:
     deadline = time.monotonic() + within
     while time.monotonic() < deadline:
@@ -36,6 +46,70 @@ def _gone(pid: int, within: float) -> bool:
             return True
         time.sleep(0.05)
     return False
+
+
+def _driver(script: str, **env: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, cwd=REPO, env={**os.environ, **env})
+
+
+def _read_until(process: subprocess.Popen, marker: str, within: float = 120) -> str:
+    seen = []
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        line = process.stdout.readline()
+        if not line:
+            break
+        seen.append(line)
+        if marker in line:
+            return line
+    pytest.fail(f"the driver never printed {marker!r}: {''.join(seen)[-3000:]}")
+
+
+_MAP_DRIVER = textwrap.dedent("""
+    import numpy as np
+    from kerasmagic import isolated_map
+    from kerasmagic.isolation import configure_pool
+
+    configure_pool(fork=FORK)
+    WEIGHTS = np.ones(5 << 20, dtype=np.uint8)   # the function's global: 5 MiB in the shared folder
+
+    def fold(item):
+        import time
+        print("fold started", int(WEIGHTS.sum()) + len(item), flush=True)
+        time.sleep(300)
+
+    isolated_map(fold, [np.full(25 << 20, k, dtype=np.uint8) for k in range(4)], workers=1, progress=False)
+""")
+
+
+@pytest.mark.parametrize("fork", [True, False], ids=["forked", "fresh"])
+def test_a_kernel_killed_mid_map_leaves_neither_the_shared_folder_nor_items_not_started(fork):
+    # Issue 23, fault 5: the map makes the shared folder and every item's folder up front, 105 MiB
+    # here; the template (or the fresh worker) removed only its own job's, and the dead kernel
+    # stayed a zombie, so no sweep could tell it was gone.
+    kernel = _driver(f"FORK = {fork}\n" + _MAP_DRIVER)
+    try:
+        _read_until(kernel, "fold started")
+        mine = _files_of(kernel.pid)
+        folders = [p for p in mine if "-isolated-" in p]
+        assert len(folders) == 5, f"expected the shared folder and 4 items' folders: {mine}"
+        size = sum(os.path.getsize(os.path.join(root, name))
+                   for folder in folders for root, _, names in os.walk(folder) for name in names)
+        assert size >= 100 << 20, f"only {size} bytes in the map's folders: {mine}"
+        ours = [p.pid for p in psutil.Process(kernel.pid).children(recursive=True)]
+        kernel.send_signal(signal.SIGKILL)  # not reaped until the end: a zombie, as under a Jupyter server
+        for pid in ours:
+            assert _gone(pid, within=20), f"pid {pid} outlived the killed kernel"
+        started = time.monotonic()
+        left = _left_after(mine, within=10)
+        assert left == [], f"left behind by the killed kernel: {left}"
+        assert psutil.Process(kernel.pid).status() == psutil.STATUS_ZOMBIE
+        print(f"all gone {time.monotonic() - started:.2f} s after its processes")
+    finally:
+        kernel.kill()
+        kernel.wait(10)
+        kernel.stdout.close()
 
 
 def test_a_dead_kernel_that_is_still_a_zombie_counts_as_gone_for_a_new_templates_sweep():
@@ -65,3 +139,28 @@ def test_a_dead_kernel_that_is_still_a_zombie_counts_as_gone_for_a_new_templates
                 os.rmdir(path)
             else:
                 os.unlink(path)
+
+
+def test_a_stray_sigterm_to_a_template_leaves_its_live_kernels_files_alone():
+    # The template ends on any SIGTERM (the death signal is one); it removed the live kernel's
+    # owner locks then, and must never remove the files of a kernel that is still running.
+    from kerasmagic.isolation.leftovers import owner_lock_path
+    from kerasmagic.isolation.pool import default_pool, worker_spec
+    from kerasmagic.isolation.shipping import make_job_directory
+
+    pool = default_pool()
+    before = set(pool.template_pids())
+    spec = worker_spec(env={"KERASMAGIC_SIGTERM_TEST": uuid.uuid4().hex})
+    pool.prestart(spec)
+    assert pool.wait_until_warm(spec, timeout=120)
+    (template,) = set(pool.template_pids()) - before
+    folder = make_job_directory()
+    locks = [owner_lock_path(where, os.getpid()) for where in our_folders()]
+    try:
+        assert all(os.path.exists(lock) for lock in locks)
+        os.kill(template, signal.SIGTERM)
+        assert _gone(template, within=20)
+        assert os.path.isdir(folder), "a live kernel's job folder was removed"
+        assert [lock for lock in locks if not os.path.exists(lock)] == [], "a live kernel's owner lock was removed"
+    finally:
+        os.rmdir(folder)

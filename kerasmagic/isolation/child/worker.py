@@ -11,7 +11,9 @@ A job runs in one of two kinds of process, which then behave the same:
 Either dies with the kernel (:mod:`kerasmagic.isolation.lifeline`): ``PR_SET_PDEATHSIG``
 (Linux), EOF on the lifeline pipe whose write end only its parent holds, and a change of
 ``os.getppid()``. On the way out it removes the job's folder and ends its whole process group
-(what the job started too). It imports nothing from the template's module.
+(what the job started too); a fresh interpreter, whose parent is the kernel itself, also removes
+every other file the dead kernel left (as a template does). It imports nothing from the
+template's module.
 """
 
 from __future__ import annotations
@@ -40,7 +42,8 @@ from ...probes.sample import gpu_framework_imported, memory_sample
 from ..errors import LONG_MESSAGE_CHARS, shorten_message
 from ..gpu_figures import allocator_peaks
 from ..job import Job
-from ..lifeline import PARENT_GONE_EXIT, watch_parent
+from ..leftovers import our_folders, remove_kernel_files
+from ..lifeline import PARENT_GONE_EXIT, parent_gone, watch_parent
 from ..messages import CHANNEL_LOST_EXIT, JOB_CHANNEL, Done, ImportFailed, Message, Raised, Ready, RunJob, Sample, dumps
 from ..shipping import ShippingError, decode, encode
 from ..spec import imported_since, modules_present, preload
@@ -51,6 +54,8 @@ CELL_FILENAME = "<isolated cell>"
 _send_lock = threading.Lock()
 #: The running job's folder: removed by whoever sees the kernel gone (here, the watch thread).
 _job_directory: str | None = None
+#: A fresh interpreter's kernel (its parent) and the folders of its files, worked out beforehand.
+_kernel: tuple[int, list[str]] | None = None
 
 
 _ending = threading.Lock()
@@ -62,6 +67,10 @@ def _kernel_gone() -> None:
         return
     if _job_directory:
         shutil.rmtree(_job_directory, ignore_errors=True)
+    if _kernel is not None and parent_gone(_kernel[0], within=2.0):
+        # With no template (fork=False, or one that refused), nobody else removes what the dead
+        # kernel left now: a map's shared folder, its items not started (issue 23, fault 5).
+        remove_kernel_files(*_kernel)
     try:
         os.killpg(os.getpgrp(), signal.SIGKILL)  # what the job started, and this process
     except OSError:
@@ -380,6 +389,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--learned", default="")
     parser.add_argument("--warmup-log", required=True)
     args = parser.parse_args(argv)
+    global _kernel
+    _kernel = args.parent_pid, our_folders()
     _die_with_parent(args.parent_pid, args.watch_fd)
     conn = Connection(args.channel_fd)
     modules = [m for m in args.preload.split(",") if m]
