@@ -8,7 +8,7 @@ Every file or folder of ours there is named after the kernel that made it
 template removes what belongs to kernels whose lock nobody holds (:func:`sweep_orphans`): a pid
 alone cannot tell, since a kernel in another container sharing ``/dev/shm`` has a pid that does
 not exist here. A template whose kernel died removes all of that kernel's files itself, at
-once (:func:`remove_kernel_files`).
+once (:func:`remove_kernel_files`), also while it is still importing.
 
 Example:
     >>> os.path.basename(owner_lock_path("/dev/shm", 4242))

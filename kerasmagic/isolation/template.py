@@ -616,6 +616,22 @@ def freeze_imports() -> None:
     gc.freeze()
 
 
+def _gone_while_starting(parent_pid: int, folders: list[str], log_path: str) -> None:
+    """A SIGTERM before the loop runs (the kernel's death signal, usually during the imports):
+    remove the dead kernel's files and our log, and exit. A SIGTERM from anyone else, while the
+    kernel lives, ends us as it did before: by its default action, and the kernel says so."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    if parent_gone(parent_pid, within=_PROOF_OF_DEATH_S):
+        remove_kernel_files(parent_pid, folders)
+        try:
+            os.unlink(log_path)
+        except OSError:
+            pass
+        os._exit(PARENT_GONE_EXIT)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="kerasmagic.isolation.template")
     parser.add_argument("--control-fd", type=int, required=True)
@@ -625,9 +641,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--learned", default="")
     parser.add_argument("--log", required=True)
     args = parser.parse_args(argv)
+    # The kernel may die while we import (seconds; a kill then is a restart during a cold start):
+    # the death signal's default action would end us without a word, and leave the job's folder,
+    # the kernel's locks and our log behind (issue 23, fault 5). The loop's handler replaces this one.
+    folders = our_folders()
+    signal.signal(signal.SIGTERM, lambda *_: _gone_while_starting(args.parent_pid, folders, args.log))
     set_parent_death_signal()
     if os.getppid() != args.parent_pid:
-        os._exit(PARENT_GONE_EXIT)
+        _gone_while_starting(args.parent_pid, folders, args.log)
     control = socket.socket(fileno=args.control_fd)
     modules = [m for m in args.preload.split(",") if m]
     learned = [m for m in args.learned.split(",") if m]

@@ -1,6 +1,6 @@
 """A kernel that dies leaves nothing in /dev/shm or the temporary folder (issue 23, fault 5): not
-in the middle of an ``isolated_map`` with large items, and a dead kernel that is still a zombie
-counts as gone for the sweep of a new template."""
+in the middle of an ``isolated_map`` with large items, not while its template still imports, and
+a dead kernel that is still a zombie counts as gone for the sweep of a new template."""
 
 from __future__ import annotations
 
@@ -106,6 +106,45 @@ def test_a_kernel_killed_mid_map_leaves_neither_the_shared_folder_nor_items_not_
         assert left == [], f"left behind by the killed kernel: {left}"
         assert psutil.Process(kernel.pid).status() == psutil.STATUS_ZOMBIE
         print(f"all gone {time.monotonic() - started:.2f} s after its processes")
+    finally:
+        kernel.kill()
+        kernel.wait(10)
+        kernel.stdout.close()
+
+
+_SLOW_IMPORT = """
+import os, time
+with open(os.environ["KERASMAGIC_TEST_IMPORTING"], "w") as marker:
+    marker.write(str(os.getpid()))
+time.sleep(300)
+"""
+
+
+def test_a_kernel_killed_while_its_template_imports_leaves_no_folder_lock_or_log(tmp_path):
+    # A kill during a cold start: the template was ended by SIGTERM's default action, which left
+    # the job's folder, the kernel's owner locks and the template's log for a later template.
+    module = f"kerasmagic_slow_import_{uuid.uuid4().hex[:8]}"
+    (tmp_path / f"{module}.py").write_text(_SLOW_IMPORT)
+    marker = tmp_path / "importing"
+    kernel = _driver(textwrap.dedent(f"""
+        from kerasmagic.isolation import run_isolated
+        print("starting", flush=True)
+        run_isolated("x = 1", preload=[{module!r}])
+    """), PYTHONPATH=os.pathsep.join([str(tmp_path), REPO]), KERASMAGIC_TEST_IMPORTING=str(marker))
+    try:
+        _read_until(kernel, "starting")
+        deadline = time.monotonic() + 60
+        while not (marker.exists() and marker.read_text()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        template = int(marker.read_text())
+        mine = _files_of(kernel.pid)
+        kinds = {os.path.basename(p).split("-")[1] for p in mine}
+        assert {"isolated", "kernel", "template"} <= kinds, mine
+        kernel.send_signal(signal.SIGKILL)
+        kernel.wait(10)
+        assert _gone(template, within=20), "the template outlived its kernel"
+        left = _left_after(mine, within=10)
+        assert left == [], f"left behind by a kernel killed during a cold start: {left}"
     finally:
         kernel.kill()
         kernel.wait(10)
