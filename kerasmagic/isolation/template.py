@@ -121,6 +121,7 @@ class TemplateHandle:
         self._control: socket.socket | None = None
         self._watch_write: int | None = None
         self._close_lock = threading.Lock()
+        self._reader: threading.Thread | None = None
         self._killed = False
         self.waiting: set[int] = set()  # ids of launches waiting for this template's imports
 
@@ -165,7 +166,9 @@ class TemplateHandle:
         self.pid = self.process.pid
         self._control = control
         self._watch_write = watch_write
-        threading.Thread(target=self._read, name=f"kerasmagic-isolation-template-{self.pid}", daemon=True).start()
+        self._reader = threading.Thread(target=self._read, name=f"kerasmagic-isolation-template-{self.pid}",
+                                        daemon=True)
+        self._reader.start()
 
     def _read(self) -> None:
         control = self._control
@@ -339,6 +342,13 @@ class TemplateHandle:
                 logger.warning("isolation template %s did not exit after SIGKILL", self.pid)
         with self._close_lock:
             self._close_channels()
+        # The shutdown above wakes the reader, which may not have run yet on a loaded machine
+        # when kill() returns: a pool that shut down must leave no thread of ours behind (the
+        # session check in tests/conftest.py saw one). Not from the reader itself, which closes
+        # the handle when the template ends.
+        reader = self._reader
+        if reader is not None and reader is not threading.current_thread():
+            reader.join(timeout=5)
 
     def _close_channels(self) -> None:
         if self._control is not None:

@@ -53,6 +53,31 @@ def test_shutdown_leaves_no_worker(list_workers):
     assert list_workers() == []
 
 
+def test_a_pool_that_shut_down_leaves_no_reader_thread(monkeypatch):
+    """A template's reader thread wakes when the handle closes its channel; on a loaded
+    machine it may run only later. The pool's shutdown waits for it: here it is held for
+    0.5 s, as a busy scheduler would, and must still be gone when shutdown() returns."""
+    import threading
+
+    from kerasmagic.isolation.template import TemplateHandle
+
+    ended = TemplateHandle._ended
+
+    def ended_late(self):
+        time.sleep(0.5)
+        ended(self)
+
+    monkeypatch.setattr(TemplateHandle, "_ended", ended_late)
+    pool = WorkerPool(size=1)
+    try:
+        pool.prestart(worker_spec())
+        assert pool.wait_until_warm(timeout=120)
+    finally:
+        pool.shutdown()
+    readers = [t.name for t in threading.enumerate() if t.name.startswith("kerasmagic-isolation-template")]
+    assert readers == []
+
+
 def test_idle_timeout_stops_the_pool():
     pool = WorkerPool(size=1, idle_timeout=3)
     try:
