@@ -395,6 +395,84 @@ def test_an_unreachable_cluster_fails_in_seconds_with_the_address():
     assert elapsed < 60, elapsed
 
 
+def _blackholed_port(hosts, keep):
+    """One port on each of ``hosts`` (loopback addresses) where a connect hangs, as at an address
+    that drops packets: a listener whose accept queue is full drops each new SYN. No byte
+    leaves this machine."""
+    import socket
+
+    port = 0
+    for host in hosts:
+        listener = socket.socket()
+        listener.bind((host, port))
+        listener.listen(0)
+        port = listener.getsockname()[1]
+        keep.append(listener)
+    for host in hosts:
+        for _ in range(3):  # more than the queue takes
+            filler = socket.socket()
+            filler.setblocking(False)
+            filler.connect_ex((host, port))
+            keep.append(filler)
+    time.sleep(0.2)
+    return port
+
+
+@pytest.mark.parametrize("fault", ["three addresses that drop packets", "a name lookup that never ends"])
+def test_an_address_that_drops_packets_fails_within_one_deadline(fault, monkeypatch):
+    # Issue 23, fault 4: check_reachable gave each address a name resolves to its own 5 s and
+    # the lookup no limit at all, so an unroutable address blocked about 20 s. Stand-ins on
+    # this machine only: loopback addresses that drop connections, and a name only this
+    # process resolves (to them, or never).
+    import socket
+
+    from kerasmagic.isolation import IsolationUsageError
+    from kerasmagic.isolation.cluster.target import check_reachable
+
+    keep: list = []
+    hosts = ["127.0.0.1", "127.0.0.2", "127.0.0.3"]
+    port = _blackholed_port(hosts, keep)
+    name = "ray-head.invalid"
+    real_getaddrinfo = socket.getaddrinfo
+    released = threading.Event()
+
+    def getaddrinfo(host, *args, **kwargs):
+        if host != name:
+            return real_getaddrinfo(host, *args, **kwargs)
+        if fault == "a name lookup that never ends":
+            released.wait(120)  # a DNS server that does not answer
+            raise socket.gaierror(socket.EAI_AGAIN, "Temporary failure in name resolution")
+        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (host, port)) for host in hosts]
+
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+    outcome: dict = {}
+
+    def check():
+        started = time.monotonic()
+        try:
+            check_reachable(f"{name}:{port}")
+        except BaseException as exc:  # noqa: BLE001 - looked at below
+            outcome["error"] = exc
+        outcome["elapsed"] = time.monotonic() - started
+
+    checking = threading.Thread(target=check, daemon=True)
+    checking.start()
+    checking.join(timeout=60)
+    released.set()
+    for item in keep:
+        item.close()
+    assert "elapsed" in outcome, "check_reachable still waits after 60 s"
+    assert outcome["elapsed"] < 7, outcome
+    message = str(outcome.get("error"))
+    assert isinstance(outcome.get("error"), IsolationUsageError), outcome
+    assert message.startswith(f"no Ray cluster answers at {name}:{port} ("), message
+    if fault == "a name lookup that never ends":
+        assert f"looking up {name} took longer than 5 s" in message, message
+    else:
+        assert "TimeoutError within 5 s" in message, message
+    assert "start one there (`ray start --head`), check the address" in message, message
+
+
 def test_a_real_heads_address_passes_the_check(cluster):
     from kerasmagic.isolation.cluster.target import check_reachable
 

@@ -8,9 +8,11 @@ trying things out, and says so.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import socket
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -129,8 +131,76 @@ def _host_port(address: str) -> tuple[str, int] | None:
     return host.strip("[]"), int(port)
 
 
+_WHAT_TO_DO = ("start one there (`ray start --head`), check the address (`ray status` on the head node prints it), "
+               "or use on='ray-local' to try it on this machine")
+
+
+class _LookupTimeout(TimeoutError):
+    """The name lookup did not finish in time."""
+
+
+def _resolve(host: str, port: int, timeout: float) -> list[tuple[Any, ...]]:
+    """``getaddrinfo`` for a TCP connection, within ``timeout`` seconds (TimeoutError past it).
+
+    The lookup itself takes no timeout (a DNS server that does not answer holds it for as
+    long as the resolver's own retries last), so a name runs in a thread that is left behind.
+    """
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        pass  # a name: looked up below
+    else:
+        return socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM)  # an IP address: no lookup
+    found: dict[str, Any] = {}
+
+    def look_up() -> None:
+        try:
+            found["infos"] = socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM)
+        except (OSError, UnicodeError) as exc:
+            found["error"] = exc
+
+    lookup = threading.Thread(target=look_up, name="kerasmagic-ray-address-lookup", daemon=True)
+    lookup.start()
+    lookup.join(timeout)
+    if lookup.is_alive():
+        raise _LookupTimeout(host)
+    if "error" in found:
+        raise found["error"]
+    return list(found["infos"])
+
+
+def _connect_within(host: str, port: int, deadline: float) -> socket.socket:
+    """A TCP connection to the first of ``host``'s addresses that takes one before ``deadline``.
+
+    One deadline for the lookup and every address: ``socket.create_connection`` gives each
+    address its own timeout after an unlimited lookup, so a name with several addresses where
+    nothing answers held ``on="ray"`` for 5 s per address, and a dead DNS server for longer
+    (issue 23, fault 4).
+    """
+    infos = _resolve(host, port, max(0.0, deadline - time.monotonic()))
+    error: OSError = TimeoutError("timed out")
+    for family, kind, proto, _, sockaddr in infos:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            break
+        candidate = socket.socket(family, kind, proto)
+        candidate.settimeout(remaining)
+        try:
+            candidate.connect(sockaddr)
+        except OSError as exc:
+            candidate.close()
+            error = exc
+            continue
+        return candidate
+    raise error
+
+
 def check_reachable(address: str, timeout: float = REACH_TIMEOUT_S) -> None:
     """Fail in seconds, naming the address, when nothing answers there (``ray.init`` would wait a minute).
+
+    ``timeout`` covers the name lookup, every address the name has, and the head's answer:
+    an address that blackholes connections (a firewall that drops them, a host that is
+    down) fails after it, whatever the name resolves to.
 
     Example:
         >>> check_reachable("127.0.0.1:9", timeout=1)
@@ -143,23 +213,22 @@ def check_reachable(address: str, timeout: float = REACH_TIMEOUT_S) -> None:
     where = _host_port(address)
     if where is None:
         return  # "auto", "local" and the like: Ray looks them up itself, quickly
-    started = time.monotonic()
+    deadline = time.monotonic() + timeout
     try:
-        with socket.create_connection(where, timeout=timeout) as connection:
+        with _connect_within(*where, deadline) as connection:
             # A Ray head's GCS is a gRPC server: it answers HTTP/2's connection preface with a
             # SETTINGS frame at once. Any other server (a web server, a database, a port that
             # accepts and never speaks) left ray.init waiting for minutes (issue 23, fault 4).
-            connection.settimeout(max(0.5, timeout - (time.monotonic() - started)))
+            connection.settimeout(max(0.5, deadline - time.monotonic()))
             connection.sendall(_HTTP2_PREFACE + _EMPTY_SETTINGS_FRAME)
             answer = _read_up_to(connection, 9)
             if len(answer) == 9 and answer[3] != _SETTINGS_FRAME_TYPE:
                 connection.settimeout(0.5)
                 answer += _read_up_to(connection, 40)  # enough of it to recognise in the message
     except OSError as exc:
-        raise IsolationUsageError(
-            f"no Ray cluster answers at {address} ({type(exc).__name__} within {timeout:g} s); start one there "
-            "(`ray start --head`), check the address (`ray status` on the head node prints it), or use "
-            "on='ray-local' to try it on this machine") from None
+        why = f"looking up {where[0]} took longer than {timeout:g} s" if isinstance(exc, _LookupTimeout) else \
+            f"{type(exc).__name__} within {timeout:g} s"
+        raise IsolationUsageError(f"no Ray cluster answers at {address} ({why}); {_WHAT_TO_DO}") from None
     if len(answer) < 9 or answer[3] != _SETTINGS_FRAME_TYPE:
         said = f"it answered {answer[:40]!r}" if answer else f"it said nothing within {timeout:g} s"
         raise IsolationUsageError(
