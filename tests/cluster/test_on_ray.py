@@ -604,6 +604,78 @@ def test_ray_local_starts_a_local_cluster_only_when_asked_and_says_so():
     assert "SHOWN True" in out, out
 
 
+def test_ray_shutdown_leaves_no_file_of_the_nodes_agents():
+    # Issue 23, fault 5: Ray ends the agents with SIGTERM at ray.shutdown(); their owner locks
+    # and their templates' logs stayed in the temporary folders.
+    _, out = _run_without_cluster(
+        "import json, os, tempfile, time\n"
+        "import ray\n"
+        "from kerasmagic import run_isolated\n"
+        "from kerasmagic.isolation.cluster.remote import describe_agents\n"
+        "run_isolated('x = 1', on='ray-local', quiet=True)\n"
+        "pids = [agent['agent_pid'] for agent in describe_agents()]\n"
+        "def files():\n"
+        "    return [name for folder in ('/dev/shm', tempfile.gettempdir()) if os.path.isdir(folder)\n"
+        "            for name in os.listdir(folder) if any(f'-{pid}-' in name for pid in pids)]\n"
+        "print('BEFORE', json.dumps(files()))\n"
+        "ray.shutdown()\n"
+        "deadline = time.monotonic() + 15\n"
+        "while files() and time.monotonic() < deadline:\n"
+        "    time.sleep(0.2)\n"
+        "print('AGENTS', json.dumps(pids))\n"
+        "print('LEFT', json.dumps(files()))\n")
+    assert "AGENTS [" in out and "AGENTS []" not in out, out
+    assert "owner.lock" in out.split("BEFORE", 1)[1].splitlines()[0], out  # the agent had its files
+    assert "LEFT []" in out, out
+
+
+def test_a_killed_kernel_takes_its_ray_local_cluster_with_it():
+    # Issue 23, fault 5: with on="ray-local", Ray's dashboard agent and runtime-env agent (and
+    # whatever else Ray had started) outlived a SIGKILLed kernel. Every process the kernel had
+    # below it when it died must be gone within seconds.
+    import json
+
+    import psutil
+
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    driver = subprocess.run([sys.executable, "-c", (
+        "import json, os, signal\n"
+        "import psutil\n"
+        "from kerasmagic import run_isolated\n"
+        "run_isolated('x = 1', on='ray-local', quiet=True)\n"
+        "family = [(p.pid, p.create_time(), ' '.join(p.cmdline())[:80]) for p in psutil.Process().children(True)]\n"
+        "print('FAMILY', json.dumps(family), flush=True)\n"
+        "os.kill(os.getpid(), signal.SIGKILL)\n")], capture_output=True, text=True, timeout=240, env=env)
+    lines = [line for line in driver.stdout.splitlines() if line.startswith("FAMILY ")]
+    assert lines and driver.returncode == -signal.SIGKILL, driver.stdout + driver.stderr
+    family = json.loads(lines[0].split(" ", 1)[1])
+    assert any("DashboardAgent" in line or "RuntimeEnvAgent" in line or "runtime_env" in line
+               for _, _, line in family), family
+
+    def alive():
+        left = []
+        for pid, created, line in family:
+            try:
+                process = psutil.Process(pid)
+                if process.create_time() == created and process.status() != psutil.STATUS_ZOMBIE:
+                    left.append((pid, line))
+            except psutil.Error:
+                pass
+        return left
+
+    try:
+        deadline = time.monotonic() + 20
+        while alive() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not alive(), f"processes of the killed kernel's Ray session still run: {alive()}"
+    finally:
+        for pid, _ in alive():  # never leave them on the machine, whatever the assertion said
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+
+
 def _own_job_folders():
     import glob
 

@@ -19,11 +19,13 @@ until the job ends, so Ray's accounting stays true. The relay imports no framewo
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import pickle
 import queue
 import shutil
+import signal
 import socket
 import threading
 import time
@@ -31,7 +33,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from ..job import Job
-from ..leftovers import release_owner_locks
+from ..leftovers import our_folders, release_owner_locks, remove_kernel_files
 from ..local import LocalBackend
 from ..messages import Accepted, Display, Done, Final, Message, NoAgent, Output, Placed, RunJob, Sample
 from ..pool import WorkerPool
@@ -39,6 +41,7 @@ from ..result import IsolatedResult
 from ..runner import JobRun, drive
 from ..shipping import make_job_directory
 from ..spec import VOLATILE_ENV, WorkerSpec
+from .session_watch import start_file_reaper
 from .transfer import read_files, rebase_job, returned_specs, spec_paths, write_files
 
 logger = logging.getLogger(__name__)
@@ -195,10 +198,18 @@ class NodeAgent:
     """
 
     def __init__(self) -> None:
-        self.pool = WorkerPool(idle_timeout=AGENT_IDLE_TIMEOUT_S)
+        self.pool = WorkerPool(idle_timeout=AGENT_IDLE_TIMEOUT_S)  # it sweeps what dead agents and kernels left
         self._runs: dict[str, JobRun] = {}
         self._cancelled: set[str] = set()
         self._lock = threading.Lock()
+        self._ended = False
+        # Ray ends an agent with SIGTERM (ray.shutdown(), the kernel's exit, its job's end):
+        # its owner locks and its templates' logs were left behind (issue 23, fault 5).
+        atexit.register(self.shutdown)
+        self._on_sigterm(signal.getsignal(signal.SIGTERM))
+        # Often there is no SIGTERM to handle, or no time to handle it: a reaper removes the
+        # files once this process is gone.
+        start_file_reaper()
         threading.Thread(target=self._end_with_raylet, args=(os.getppid(),), name="kerasmagic-agent-raylet-watch",
                          daemon=True).start()
 
@@ -214,6 +225,21 @@ class NodeAgent:
             self.shutdown()
         finally:
             os._exit(1)
+
+    def _on_sigterm(self, previous: Any) -> None:
+        """On SIGTERM: end the templates and jobs, remove this agent's files, then whatever Ray does."""
+        def ended(signum: int, frame: Any) -> None:
+            self.shutdown()
+            if callable(previous):
+                previous(signum, frame)
+            elif previous != signal.SIG_IGN:
+                signal.signal(signum, signal.SIG_DFL)
+                os.kill(os.getpid(), signum)
+
+        try:
+            signal.signal(signal.SIGTERM, ended)
+        except ValueError:  # not on the main thread: the exit hook and the next agent's sweep remain
+            logger.debug("kerasmagic: the agent could not handle SIGTERM", exc_info=True)
 
     def describe(self) -> dict[str, Any]:
         """Where the agent is: node id, IP, hostname, pid, and its templates' state."""
@@ -319,9 +345,16 @@ class NodeAgent:
         return True
 
     def shutdown(self) -> None:
-        """Kill the node's templates and jobs and remove this agent's files (the kernel is leaving)."""
-        self.pool.shutdown()
+        """Kill the node's templates and jobs and remove this agent's files: its owner locks, its
+        templates' logs, its job folders (the kernel is leaving, or Ray is ending the agent)."""
+        if self._ended:
+            return
+        self._ended = True
+        # The files first: after SIGTERM, Ray may SIGKILL the agent before its templates are
+        # down. A template's log may go before the template; its jobs' folders go with them.
         release_owner_locks()
+        remove_kernel_files(os.getpid(), our_folders())
+        self.pool.shutdown()
 
 
 def _pickled_error(error: BaseException | None) -> bytes | None:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import IsolationUsageError
+from .session_watch import start_watcher
 
 INSTALL_HINT = "install it with `pip install 'kerasmagic[ray]'` (or `pip install ray`) in this environment"
 RAY_CLIENT_REFUSAL = (
@@ -277,8 +278,11 @@ def connect(target: OnRay) -> str:
     if target.local:
         cpus = max(1, os.cpu_count() or 1)
         # address="local": a new cluster, never one another process started on this machine.
-        ray.init(address="local", num_cpus=cpus, include_dashboard=False, log_to_driver=False,
-                 logging_level="ERROR")
+        context = ray.init(address="local", num_cpus=cpus, include_dashboard=False, log_to_driver=False,
+                           logging_level="ERROR")
+        # Ray ends the cluster at a clean exit only: a watcher ends it when this process is
+        # killed, or its dashboard and runtime-env agents run on (issue 23, fault 5).
+        start_watcher(_session_dir(ray, context))
         return (f"started a local Ray cluster on this machine ({cpus} CPUs) because on='ray-local' asked for it; "
                 "it ends with this process (ray.shutdown() ends it now)")
     address = target.address or os.environ.get("RAY_ADDRESS")
@@ -293,6 +297,17 @@ def connect(target: OnRay) -> str:
         raise IsolationUsageError(f"could not connect to the Ray cluster at {address}: {exc}. Check the address "
                                   "and that this machine's Ray and Python match the cluster's") from None
     return ""
+
+
+def _session_dir(ray: Any, context: Any) -> str:
+    """The folder of the Ray session ``ray.init`` just started ("" where this Ray does not say)."""
+    try:
+        return str(context.address_info["session_dir"])
+    except Exception:  # noqa: BLE001 - an older or newer Ray: ask the node instead
+        try:
+            return str(ray._private.worker._global_node.get_session_dir_path())
+        except Exception:  # noqa: BLE001 - no watcher then; a clean exit still ends the cluster
+            return ""
 
 
 def _same_cluster(ray: Any, address: str) -> bool:
