@@ -254,17 +254,35 @@ class NodeAgent:
             "running": self.pool.running(),
         }
 
-    def warm(self, preload: list[str], overrides: dict[str, str], num_cpus: float | None = None) -> None:
+    def warm(self, preload: list[str], overrides: dict[str, str], num_cpus: float | None = None,
+             learned: list[str] | None = None) -> None:
         """Start the template for the kernel's frameworks now, before the first job asks: the one
-        a job asking for ``num_cpus`` CPUs forks from (:func:`job_environment`).
+        a job asking for ``num_cpus`` CPUs forks from (:func:`job_environment`), with what jobs
+        on other nodes ``learned`` (:meth:`learn`) imported first.
 
         Never raises: the kernel does not wait for it, and Ray would print an uncollected
         error (a pool already shut down, a failed start) into the user's cell.
         """
         try:
-            self.pool.prestart(WorkerSpec(tuple(preload), job_environment(overrides, num_cpus)))
+            spec = WorkerSpec(tuple(preload), job_environment(overrides, num_cpus))
+            if learned:
+                self.pool.learn(list(learned), spec)
+            self.pool.prestart(spec)
         except Exception:  # the first job starts it again and reports what fails
             logger.info("kerasmagic: warming the node's template failed", exc_info=True)
+
+    def learn(self, modules: list[str], preload: list[str], overrides: dict[str, str],
+              num_cpus: float | None = None) -> list[str]:
+        """A job on another node imported ``modules`` itself: this node's templates import them
+        first from now on, and one that does is started now. Returns what was new here.
+
+        Never raises, for the reason :meth:`warm` gives.
+        """
+        try:
+            return self.pool.learn(list(modules), WorkerSpec(tuple(preload), job_environment(overrides, num_cpus)))
+        except Exception:  # the next job imports them itself, as before
+            logger.info("kerasmagic: learning %s on this node failed", modules, exc_info=True)
+            return []
 
     def run(self, job_id: str, request: dict[str, Any]) -> Iterator[list[dict[str, Any]]]:
         """Run one job in a fork of this node's template; yield its events in batches.

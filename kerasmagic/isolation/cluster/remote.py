@@ -40,7 +40,7 @@ from ..outcome import (
 )
 from ..runner import JobRun
 from ..shipping import make_job_directory
-from ..spec import WorkerSpec, env_overrides, keras_backend
+from ..spec import PRELOADABLE, WorkerSpec, env_overrides, keras_backend
 from .agent import NAMESPACE, NodeAgent, agent_name, relay_job
 from .target import OnRay, connect, import_ray
 from .transfer import job_specs, read_files, rebase_final, returned_specs, spec_paths, write_files
@@ -70,6 +70,8 @@ class ClusterSession:
         self.resources: dict[str, dict[str, float]] = {}
         self.gcs_address = _gcs_address(ray)
         self._agent_class = ray.remote(NodeAgent)
+        #: What jobs imported themselves on some node: every node's templates import it first.
+        self.learned: list[str] = []
         # max_calls=0: the relay never touches a GPU, so its worker may serve the next job
         # (Ray's default for a task with GPUs is a new worker per call).
         self._relay = ray.remote(max_calls=0, max_retries=0)(relay_job)
@@ -96,8 +98,24 @@ class ClusterSession:
                 name=agent_name(self.session, node_id), namespace=NAMESPACE, get_if_exists=True, num_cpus=0,
                 max_concurrency=1000, max_restarts=0,
                 scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False)).remote()
-            agent.warm.remote(list(preload), overrides, num_cpus)  # warm() never raises: nothing to collect
+            # warm() never raises: nothing to collect.
+            agent.warm.remote(list(preload), overrides, num_cpus, list(self.learned))
             self.agents[node_id] = agent
+
+    def spread_learned(self, modules: list[str], node_id: str | None, preload: tuple[str, ...],
+                       overrides: dict[str, str], num_cpus: float) -> None:
+        """A job on ``node_id`` imported ``modules`` itself, and that node's agent learned them:
+        the other nodes' agents learn them too, so that a job Ray sends anywhere next finds them
+        in its template (issue 23, part 2: "locally and on every Ray node"). Waits for their
+        answers (milliseconds: each starts its new template in the background), so that the
+        next job cannot reach an agent before the news does."""
+        new = [m for m in modules if m in PRELOADABLE and m not in self.learned and m not in preload]
+        if not new:
+            return
+        self.learned.extend(new)
+        refs = [agent.learn.remote(new, list(preload), overrides, num_cpus)
+                for other, agent in self.agents.items() if other != node_id]
+        _collect_quietly(self.ray, refs, timeout=5.0)
 
     def forget_agent(self, node_id: str) -> None:
         """The node's agent is gone (killed, crashed): the next refresh starts a new one."""
@@ -516,6 +534,9 @@ class _RayJob:
             return
         result.take_node_report(pickle.loads(final.result))
         result.agent = final.agent
+        if result.job_imported:
+            self.session.spread_learned(result.job_imported, self.node_id, run.spec.preload, _overrides(run.spec),
+                                        self.backend.target.num_cpus)
         if final.error is not None:
             _fail(run, from_node(pickle.loads(final.error), result, self.where()), result.status)
             return
