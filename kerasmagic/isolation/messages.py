@@ -267,17 +267,12 @@ CHANNEL_LOST_EXIT = 74
 
 @dataclass(kw_only=True)
 class Fork(Message):
-    """Kernel → template: fork a child for a job; its channel, stdout and stderr travel beside it.
-
-    ``warm``: a spare, forked before its job is known, which warms its frameworks up before it
-    says ready (:func:`kerasmagic.isolation.child.warmup.warm_up`); its ``directory`` is empty.
-    """
+    """Kernel → template: fork a child for a job; its channel, stdout and stderr travel beside it."""
 
     kind: ClassVar[str] = "fork"
     job_id: int
     env: dict[str, str]
     directory: str
-    warm: bool = False
 
 
 @dataclass(kw_only=True)

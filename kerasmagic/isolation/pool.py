@@ -79,16 +79,6 @@ class Launch:
 
 
 
-@dataclass
-class _Spare:
-    """A child forked ahead of its job, warming up (``warm_spare``): the next job for ``spec``
-    on ``template`` takes it instead of asking for a fork."""
-
-    template: TemplateHandle
-    spec: WorkerSpec
-    future: Future  # gives the ForkedWorker, as TemplateHandle.fork does
-
-
 def _fail_launch(launch: Launch, error: BaseException) -> None:
     if launch.future.cancelled():
         return
@@ -123,13 +113,11 @@ class WorkerPool:
     """
 
     def __init__(self, size: int | None = None, idle_timeout: float = DEFAULT_IDLE_TIMEOUT_S,
-                 fork: bool = True, learn: bool = True, warm_spare: bool = False) -> None:
+                 fork: bool = True, learn: bool = True) -> None:
         self.size = size if size is not None else default_size()
         self.idle_timeout = idle_timeout
         self.fork = fork
         self.learning = learn
-        self.warm_spare = warm_spare
-        self._spare: _Spare | None = None
         self._learned: list[str] = []  # heavy modules jobs imported themselves, in PRELOADABLE order
         self._lock = threading.Lock()
         self._templates: list[TemplateHandle] = []
@@ -145,7 +133,7 @@ class WorkerPool:
         sweep_orphans()
 
     def configure(self, *, size: int | None = None, idle_timeout: float | None = None,
-                  fork: bool | None = None, learn: bool | None = None, warm_spare: bool | None = None) -> None:
+                  fork: bool | None = None, learn: bool | None = None) -> None:
         """Change the limit on jobs at once, the templates' idle timeout or forking (None: keep).
 
         Running jobs and templates carry on; what changed applies to the next launch and
@@ -169,10 +157,6 @@ class WorkerPool:
                 self.learning = learn
                 if not learn:
                     self._learned = []
-            if warm_spare is not None:
-                self.warm_spare = warm_spare
-        if warm_spare is False:
-            self._drop_spare()
 
     # --- what jobs teach it ---------------------------------------------------------------
 
@@ -235,7 +219,6 @@ class WorkerPool:
             for template in idle:
                 template.state = "retired"  # no launch picks it from here on
         for template in idle:
-            self._drop_spare(template)
             template.kill()  # killed first, then forgotten: pids() never lists a dead one as gone
             with self._lock:
                 if template in self._templates:
@@ -247,7 +230,6 @@ class WorkerPool:
             return True
 
     def _template_ended(self, template: TemplateHandle) -> None:
-        self._drop_spare(template)
         with self._lock:
             self._retire_when_served.discard(template)
             for group in (self._templates, self._ending):
@@ -291,7 +273,6 @@ class WorkerPool:
                 template.waiting.add(waiter)
             self._templates.append(template)
         for old in stale:
-            self._drop_spare(old)
             if old in served_first:
                 continue
             old.retire()
@@ -343,7 +324,6 @@ class WorkerPool:
                         if template in self._templates:
                             self._templates.remove(template)
                             self._ending.append(template)
-                    self._drop_spare(template)
                     template.retire()
                 self._launch_fresh(spec, launch)
             else:
@@ -362,80 +342,12 @@ class WorkerPool:
                                                else [])
                 if launch.future.cancelled():
                     return
-                spare = self._take_spare(template, spec)
-                if spare is not None:
-                    launch.note = "a spare forked ahead of the job, warmed up while it waited"
-                    self._adopt(spare, launch)
-                else:
-                    template.fork(spec, directory).add_done_callback(_guarded(launch, forked))
-                self._ask_spare(template, spec)
+                template.fork(spec, directory).add_done_callback(_guarded(launch, forked))
             finally:
                 self._retire_if_served(template)  # after the fork request: the template forks, then retires
 
         template.ready.add_done_callback(_guarded(launch, ready))
         return launch
-
-    # --- the warm spare (configure_pool(warm_spare=True)) ----------------------------------
-
-    def _ask_spare(self, template: TemplateHandle, spec: WorkerSpec) -> None:
-        """Fork a spare for the next job like this one, while there is a core for its warm-up:
-        a job waiting for a core would lose more than the warm-up saves it."""
-        with self._lock:
-            if (not self.warm_spare or self._closed or self._spare is not None or template.state != "ready"
-                    or template not in self._templates
-                    or len(self._running) >= min(self.size, os.cpu_count() or 1)):
-                return
-            spare = self._spare = _Spare(template, spec, Future())
-
-        def forked(future: Future) -> None:
-            error = future.exception()
-            if error is None:
-                template.spare_pid = future.result().pid
-            with self._lock:
-                mine = self._spare is spare
-            if not mine:  # dropped meanwhile: nobody else will end it
-                if error is None:
-                    template.spare_pid = None
-                    self._release_elsewhere(future.result())
-                return
-            if error is not None:
-                with self._lock:
-                    self._spare = None
-                spare.future.set_exception(error)
-                return
-            spare.future.set_result(future.result())
-
-        template.fork(spec, "", warm=True).add_done_callback(forked)
-
-    def _take_spare(self, template: TemplateHandle, spec: WorkerSpec) -> JobProcess | None:
-        """The spare, if it was forked for this template and exactly this spec and has arrived."""
-        with self._lock:
-            spare = self._spare
-            if spare is None or not spare.future.done():
-                return None
-            self._spare = None
-        if spare.template is template and spare.spec == spec and spare.future.exception() is None:
-            template.spare_pid = None
-            return spare.future.result()
-        self._end_spare(spare)  # for another template or spec: no job will take it
-        return None
-
-    def _drop_spare(self, template: TemplateHandle | None = None) -> None:
-        """End the spare (of ``template``, or whichever there is): its template retires or ends."""
-        with self._lock:
-            spare = self._spare
-            if spare is None or (template is not None and spare.template is not template):
-                return
-            self._spare = None
-        self._end_spare(spare)
-
-    def _end_spare(self, spare: _Spare) -> None:
-        def end(future: Future) -> None:
-            if future.exception() is None:
-                spare.template.spare_pid = None
-                self._release_elsewhere(future.result())
-
-        spare.future.add_done_callback(end)
 
     def _retire_if_served(self, template: TemplateHandle) -> None:
         """Retire a stale template once no job waits for it any more (see :meth:`_template_for`):
@@ -444,7 +356,6 @@ class WorkerPool:
             if template not in self._retire_when_served or template.waiting:
                 return
             self._retire_when_served.discard(template)
-        self._drop_spare(template)
         template.retire()
 
     def _launch_fresh(self, spec: WorkerSpec, launch: Launch) -> None:
@@ -548,8 +459,7 @@ class WorkerPool:
         """PIDs of every process the pool knows: templates and the jobs' processes."""
         with self._lock:
             templates = [t.pid for t in (*self._templates, *self._ending) if t.pid is not None]
-            spares = [t.spare_pid for t in (*self._templates, *self._ending) if t.spare_pid is not None]
-            return templates + [w.pid for w in self._running] + spares
+            return templates + [w.pid for w in self._running]
 
     def template_states(self) -> list[dict[str, Any]]:
         """Each template that takes jobs: pid, state and what it imported (for reports).
@@ -576,7 +486,6 @@ class WorkerPool:
             self._templates, self._ending, self._running = [], [], set()
             self._retire_when_served = set()
             thread, self._thread = self._thread, None
-        self._drop_spare()
         for worker in running:
             worker.kill()
         for template in templates:
@@ -589,8 +498,7 @@ class WorkerPool:
 
 _default_pool: WorkerPool | None = None
 _default_lock = threading.Lock()
-_settings: dict[str, Any] = {"size": None, "idle_timeout": DEFAULT_IDLE_TIMEOUT_S, "fork": True, "learn": True,
-                             "warm_spare": False}
+_settings: dict[str, Any] = {"size": None, "idle_timeout": DEFAULT_IDLE_TIMEOUT_S, "fork": True, "learn": True}
 
 
 def default_pool() -> WorkerPool:
@@ -603,7 +511,7 @@ def default_pool() -> WorkerPool:
 
 
 def configure_pool(size: int | None = None, idle_timeout: float | None = None, fork: bool | None = None,
-                   learn: bool | None = None, warm_spare: bool | None = None) -> None:
+                   learn: bool | None = None) -> None:
     """Set how many isolated jobs may run at once, the template's idle timeout, forking and learning.
 
     ``size`` defaults to the number of CPU cores. ``fork=False`` runs every job in a fresh
@@ -611,17 +519,8 @@ def configure_pool(size: int | None = None, idle_timeout: float | None = None, f
     misbehave in a forked child. ``learn=False`` stops templates from importing first what
     earlier jobs imported themselves (and forgets what they taught).
 
-    ``warm_spare=True`` keeps one job process forked ahead of the next job, which starts
-    TensorFlow's runtime and runs a tiny Keras fit while the previous job runs (while a core is
-    free): the next small fit then runs at the kernel's own speed instead of a fresh process's
-    (docs/isolation.md has the figures). Off by default: a job in a warmed process cannot
-    change what TensorFlow fixes when its runtime starts (``tf.config.threading``, visible
-    devices, memory growth), and the spare holds its own memory while it waits. It never warms
-    up where TensorFlow sees a GPU.
-
     Example:
         >>> configure_pool(size=2, idle_timeout=120)
-        >>> configure_pool(warm_spare=True)    # doctest: +SKIP
     """
     if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < 1):
         raise IsolationUsageError(f"size is how many isolated jobs may run at once: an integer >= 1, got {size!r}")
@@ -633,8 +532,6 @@ def configure_pool(size: int | None = None, idle_timeout: float | None = None, f
         raise IsolationUsageError(f"fork takes True or False, got {fork!r}")
     if learn is not None and not isinstance(learn, bool):
         raise IsolationUsageError(f"learn takes True or False, got {learn!r}")
-    if warm_spare is not None and not isinstance(warm_spare, bool):
-        raise IsolationUsageError(f"warm_spare takes True or False, got {warm_spare!r}")
     with _default_lock:
         if size is not None:
             _settings["size"] = size
@@ -644,12 +541,10 @@ def configure_pool(size: int | None = None, idle_timeout: float | None = None, f
             _settings["fork"] = fork
         if learn is not None:
             _settings["learn"] = learn
-        if warm_spare is not None:
-            _settings["warm_spare"] = warm_spare
         if _default_pool is not None:
             _default_pool.configure(size=_settings["size"] if _settings["size"] is not None else default_size(),
                                     idle_timeout=_settings["idle_timeout"], fork=_settings["fork"],
-                                    learn=learn, warm_spare=warm_spare)
+                                    learn=learn)
 
 
 def prestart_pool(gpu: str | None = None, env: dict[str, str] | None = None, preload: Any = None) -> None:

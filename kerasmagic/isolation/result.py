@@ -260,8 +260,7 @@ class IsolatedResult(Record, Report):
     def _sections(self) -> list[Section]:
         time_section = Section("Time")
         worker_note = {
-            "warm": "forked from a warm template, frameworks already imported"
-                    + (f"; {self.worker_note}" if self.worker_note else ""),
+            "warm": "forked from a warm template, frameworks already imported",
             "starting": "forked once the template had finished importing",
             "cold": "the template was started for this job: it paid the import",
             "fresh": f"fresh interpreter, it paid the import ({self.worker_note})",

@@ -122,8 +122,6 @@ class TemplateHandle:
         self._watch_write: int | None = None
         self._close_lock = threading.Lock()
         self._reader: threading.Thread | None = None
-        #: The child the pool keeps forked and warmed up for the next job (``warm_spare``), if any.
-        self.spare_pid: int | None = None
         self._killed = False
         self.waiting: set[int] = set()  # ids of launches waiting for this template's imports
 
@@ -250,12 +248,8 @@ class TemplateHandle:
         worker.kill()
         self.done_with(worker.pid)
 
-    def fork(self, spec: WorkerSpec, directory: str, warm: bool = False) -> Future:
-        """Ask for a child for one job; the future gives a :class:`ForkedWorker` or ForkRefused.
-
-        ``warm``: a spare for a job not known yet (no ``directory``), which warms its
-        frameworks up before it says ready (:mod:`kerasmagic.isolation.child.warmup`).
-        """
+    def fork(self, spec: WorkerSpec, directory: str) -> Future:
+        """Ask for a child for one job; the future gives a :class:`ForkedWorker` or ForkRefused."""
         future: Future = Future()
         made: list[Any] = []
         try:
@@ -271,7 +265,7 @@ class TemplateHandle:
                                              "raise `ulimit -n`", retire=False))
             return future
         job_id = next(self._job_ids)
-        request = Fork(job_id=job_id, env=spec.late_env(), directory=directory, warm=warm)
+        request = Fork(job_id=job_id, env=spec.late_env(), directory=directory)
         with self._lock:
             self._pending[job_id] = (future, parent_channel, out_read, err_read)
         self.last_used = time.monotonic()
@@ -309,9 +303,8 @@ class TemplateHandle:
                 pass  # the template is gone, and its zombies with it
 
     def busy(self) -> bool:
-        """A job's fork is on its way or a job's process runs (a spare waiting for its job is neither)."""
         with self._lock:
-            return bool((self._children - {self.spare_pid}) or self._pending)
+            return bool(self._children or self._pending)
 
     def retire(self) -> None:
         """Take no more jobs; the process exits once its running children have ended."""
@@ -511,11 +504,10 @@ class TemplateServer:
         self.children[pid] = request.directory
         _send(self.control, Forked(job_id=job_id, pid=pid))
 
-    def become_job(self, request: Fork, fds: list[int]) -> tuple[int, int, int, list[str], bool]:
+    def become_job(self, request: Fork, fds: list[int]) -> tuple[int, int, int, list[str]]:
         """In the child: a session of its own, the job's pipes and environment; what
         :func:`~kerasmagic.isolation.child.worker.serve_forked_job` then takes (the job's channel,
-        the kernel's watch pipe, the template's pid, the modules the template was asked for,
-        whether to warm up first)."""
+        the kernel's watch pipe, the template's pid, the modules the template was asked for)."""
         os.setsid()  # its own process group: the kernel ends everything the job started at once
         if self.subreaper:
             become_subreaper()  # what the job's own children orphan stays under the job while it runs
@@ -529,7 +521,7 @@ class TemplateServer:
         os.dup2(stderr_fd, 2)
         _close_fds([stdout_fd, stderr_fd])
         os.environ.update(request.env)
-        return channel_fd, self.watch_fd, os.getppid(), self.modules, request.warm
+        return channel_fd, self.watch_fd, os.getppid(), self.modules
 
     def reap(self) -> None:
         """Report each child that ended, but leave it a zombie until the kernel says "reap".
@@ -603,8 +595,7 @@ class TemplateServer:
                     kill(pid, signal.SIGKILL)
                 except OSError:
                     pass
-            if directory:  # a spare's is empty: it had no job yet
-                shutil.rmtree(directory, ignore_errors=True)
+            shutil.rmtree(directory, ignore_errors=True)
         if self.subreaper:
             self.end_orphans()
         if parent_gone(self.parent_pid, within=_PROOF_OF_DEATH_S):

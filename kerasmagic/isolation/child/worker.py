@@ -372,16 +372,10 @@ def _serve(conn: Connection, ready: Ready) -> None:
     os._exit(0)
 
 
-def serve_forked_job(channel_fd: int, watch_fd: int, template_pid: int, asked: list[str] | None = None,
-                     warm: bool = False) -> None:
+def serve_forked_job(channel_fd: int, watch_fd: int, template_pid: int, asked: list[str] | None = None) -> None:
     """The body of a child forked from the template (called by it, right after the fork);
-    ``asked``: the modules the template was asked to import (its report lists those it has);
-    ``warm``: a spare, which warms its frameworks up before it says ready."""
+    ``asked``: the modules the template was asked to import (its report lists those it has)."""
     _die_with_parent(template_pid, watch_fd)
-    if warm:
-        from .warmup import warm_up  # noqa: PLC0415 - only spares need it
-
-        warm_up()
     _serve(Connection(channel_fd), Ready(pid=os.getpid(), rss_bytes=process.rss_bytes(), import_s=0.0, forked=True,
                                          modules=modules_present(asked or [])))
 
