@@ -23,6 +23,7 @@ import os
 import re
 import shutil
 import tempfile
+import time
 
 from ..probes.process import pid_exists
 
@@ -81,19 +82,37 @@ def hold_owner_lock() -> None:
 
     A pid alone cannot tell: a kernel in another container that shares ``/dev/shm`` has a
     pid that does not exist here. The lock (``flock``) is released by the OS when the kernel
-    dies, however it dies.
+    dies, however it dies. It is a *shared* lock: two kernels with the same number in two PID
+    namespaces (containers sharing ``/dev/shm`` often start their kernels with the same small
+    pid) both hold it, and whoever would remove that number's files takes it exclusively,
+    which it gets only when neither lives. A sweep holds it exclusively for milliseconds while
+    it removes a dead namesake's files: this waits for it, and holds the lock file that is there
+    afterwards, not the one the sweep removed.
+
+    Example:
+        >>> hold_owner_lock()    # a second call keeps the locks it holds
     """
     if _owner_locks:
         return
     import fcntl
 
     for folder in our_folders():
-        try:
-            fd = os.open(owner_lock_path(folder, os.getpid()), os.O_CREAT | os.O_RDWR, 0o600)
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            continue
-        _owner_locks.append(fd)
+        path = owner_lock_path(folder, os.getpid())
+        deadline = time.monotonic() + 2.0
+        while time.monotonic() < deadline:
+            try:
+                fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o600)
+            except OSError:
+                break
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                if os.fstat(fd).st_ino == os.stat(path).st_ino:
+                    _owner_locks.append(fd)
+                    break
+            except OSError:
+                pass  # a sweep holds it, or removed the file under us: again
+            os.close(fd)
+            time.sleep(0.02)
 
 
 def release_owner_locks() -> None:
@@ -144,6 +163,10 @@ def remove_kernel_files(pid: int, folders: list[str]) -> list[str]:
     that no sweep of a new kernel works on them at the same time. Safe in a signal handler of a
     single-threaded process: it imports nothing, takes no lock of Python's and looks nothing up
     but the folders (``folders``: :func:`our_folders`, worked out beforehand).
+
+    Example:
+        >>> remove_kernel_files(os.getpid(), our_folders())    # this process made no files
+        []
     """
     import fcntl  # POSIX only; imported by now in any process that holds or sweeps locks
 

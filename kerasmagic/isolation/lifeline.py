@@ -68,6 +68,10 @@ def parent_gone(parent_pid: int, within: float = 1.0) -> bool:
     anyone, and the lifeline's end is closed a moment before the process is. Its death moves
     its children to another parent at once, also while it stays a zombie, and by then its
     descriptors and locks are released. Safe in a signal handler (no lock taken).
+
+    Example:
+        >>> parent_gone(os.getppid(), within=0.05)    # this process's parent lives
+        False
     """
     deadline = time.monotonic() + within
     while os.getppid() == parent_pid:

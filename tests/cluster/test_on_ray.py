@@ -415,6 +415,15 @@ def test_an_unreachable_cluster_fails_in_seconds_with_the_address():
     assert elapsed < 60, elapsed
 
 
+def test_an_address_that_is_no_host_name_says_so_in_one_line():
+    # "foo..bar" made the IDNA codec raise a bare UnicodeError from inside the address check.
+    from kerasmagic.isolation.cluster.target import check_reachable
+    from kerasmagic.isolation.errors import IsolationUsageError
+
+    with pytest.raises(IsolationUsageError, match=r"'foo\.\.bar' in 'foo\.\.bar:6379' is not a valid host name"):
+        check_reachable("foo..bar:6379", timeout=5)
+
+
 def _blackholed_port(hosts, keep):
     """One port on each of ``hosts`` (loopback addresses) where a connect hangs, as at an address
     that drops packets: a listener whose accept queue is full drops each new SYN. No byte

@@ -54,16 +54,24 @@ def _driver(script: str, **env: str) -> subprocess.Popen:
 
 
 def _read_until(process: subprocess.Popen, marker: str, within: float = 120) -> str:
+    """The driver's first line with ``marker``; fails after ``within`` seconds, even when the
+    driver hangs without printing (a blocking read would wait for it forever)."""
+    import selectors
+
     seen = []
     deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        line = process.stdout.readline()
-        if not line:
-            break
-        seen.append(line)
-        if marker in line:
-            return line
-    pytest.fail(f"the driver never printed {marker!r}: {''.join(seen)[-3000:]}")
+    with selectors.DefaultSelector() as selector:
+        selector.register(process.stdout, selectors.EVENT_READ)
+        while time.monotonic() < deadline:
+            if not selector.select(timeout=max(0.0, deadline - time.monotonic())):
+                break
+            line = process.stdout.readline()
+            if not line:
+                break
+            seen.append(line)
+            if marker in line:
+                return line
+    pytest.fail(f"the driver never printed {marker!r} in {within:.0f} s: {''.join(seen)[-3000:]}")
 
 
 _MAP_DRIVER = textwrap.dedent("""
@@ -154,24 +162,28 @@ def test_a_kernel_killed_while_its_template_imports_leaves_no_folder_lock_or_log
 def test_a_dead_kernel_that_is_still_a_zombie_counts_as_gone_for_a_new_templates_sweep():
     # A kernel SIGKILLed under a Jupyter server stays a zombie until the server collects it; its
     # template removed its owner locks, so only the pid could tell, and a zombie's pid exists.
-    from kerasmagic.isolation.pool import default_pool, worker_spec
+    from kerasmagic.isolation.pool import WorkerPool, worker_spec
 
     zombie = subprocess.Popen([sys.executable, "-c", "pass"])
+    pool = None
     try:
         assert _gone(zombie.pid, within=20)
         assert psutil.Process(zombie.pid).status() == psutil.STATUS_ZOMBIE
         folder = tempfile.mkdtemp(prefix=f"kerasmagic-isolated-{zombie.pid}-", dir=our_folders()[-1])
         fd, log = tempfile.mkstemp(prefix=f"kerasmagic-template-{zombie.pid}-", suffix=".log")
         os.close(fd)
-        pool = default_pool()
-        before = set(pool.template_pids())
-        spec = worker_spec(env={"KERASMAGIC_SWEEP_TEST": uuid.uuid4().hex})  # a new template starts
+        # A pool of its own (it sweeps when made, its template when it starts): the session's
+        # pool would retire its template for this spec, and later tests would pay a cold start.
+        pool = WorkerPool(size=1)
+        spec = worker_spec(env={"KERASMAGIC_SWEEP_TEST": uuid.uuid4().hex})
         pool.prestart(spec)
         assert pool.wait_until_warm(spec, timeout=120)
-        assert set(pool.template_pids()) - before, "no new template was started"
+        assert pool.template_pids(), "no template was started"
         assert psutil.Process(zombie.pid).status() == psutil.STATUS_ZOMBIE  # still: its number is not reused
         assert [p for p in (folder, log) if os.path.exists(p)] == [], "a zombie kernel's files outlived the sweep"
     finally:
+        if pool is not None:
+            pool.shutdown()
         zombie.wait(10)
         for path in _files_of(zombie.pid):
             if os.path.isdir(path):
@@ -184,15 +196,14 @@ def test_a_stray_sigterm_to_a_template_leaves_its_live_kernels_files_alone():
     # The template ends on any SIGTERM (the death signal is one); it removed the live kernel's
     # owner locks then, and must never remove the files of a kernel that is still running.
     from kerasmagic.isolation.leftovers import owner_lock_path
-    from kerasmagic.isolation.pool import default_pool, worker_spec
+    from kerasmagic.isolation.pool import WorkerPool, worker_spec
     from kerasmagic.isolation.shipping import make_job_directory
 
-    pool = default_pool()
-    before = set(pool.template_pids())
+    pool = WorkerPool(size=1)  # its own: the session's would retire its template for this spec
     spec = worker_spec(env={"KERASMAGIC_SIGTERM_TEST": uuid.uuid4().hex})
     pool.prestart(spec)
     assert pool.wait_until_warm(spec, timeout=120)
-    (template,) = set(pool.template_pids()) - before
+    (template,) = pool.template_pids()
     folder = make_job_directory()
     locks = [owner_lock_path(where, os.getpid()) for where in our_folders()]
     try:
@@ -202,4 +213,49 @@ def test_a_stray_sigterm_to_a_template_leaves_its_live_kernels_files_alone():
         assert os.path.isdir(folder), "a live kernel's job folder was removed"
         assert [lock for lock in locks if not os.path.exists(lock)] == [], "a live kernel's owner lock was removed"
     finally:
+        pool.shutdown()
         os.rmdir(folder)
+
+
+_NAMESAKE = textwrap.dedent("""
+    import os, sys, time
+    os.getpid = lambda: PID   # a kernel with this number in another PID namespace
+    from kerasmagic.isolation.leftovers import hold_owner_lock
+    hold_owner_lock()
+    print("holding", flush=True)
+    time.sleep(300)
+""")
+
+
+def test_a_dead_kernels_files_stay_while_a_namesake_in_another_namespace_lives():
+    # Containers that share /dev/shm often start their kernels with the same small pid. Both
+    # hold the number's owner lock; when one dies, its files must not go while the other lives
+    # (it lost the race for an exclusive lock before, held none, and lost its files).
+    from kerasmagic.isolation.leftovers import remove_kernel_files
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait(10)  # a number no process here has now: the namesakes borrow it
+    number = dead.pid
+    namesakes = [_driver(_NAMESAKE.replace("PID", str(number))) for _ in range(2)]
+    folder = None
+    try:
+        for namesake in namesakes:
+            _read_until(namesake, "holding", within=60)
+        folder = tempfile.mkdtemp(prefix=f"kerasmagic-isolated-{number}-", dir=our_folders()[-1])
+        namesakes[0].kill()
+        namesakes[0].wait(10)
+        assert remove_kernel_files(number, our_folders()) == []
+        assert os.path.isdir(folder), "a live namesake's job folder was removed"
+        namesakes[1].kill()
+        namesakes[1].wait(10)
+        assert folder in remove_kernel_files(number, our_folders())
+        assert _files_of(number) == []
+    finally:
+        for namesake in namesakes:
+            namesake.kill()
+            namesake.wait(10)
+            namesake.stdout.close()
+        if folder is not None and os.path.isdir(folder):
+            os.rmdir(folder)
+        for path in _files_of(number):
+            os.unlink(path)

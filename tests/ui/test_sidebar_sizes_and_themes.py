@@ -148,6 +148,7 @@ def _room_for_the_newest_span(page) -> None:
     try:
         page.wait_for_function(f"""() => {{
             const svg = document.querySelector('{SIDEBAR} svg.jp-KerasMagic-chart');
+            if (!svg) return true;  // no chart: _defects says so at once, not after a minute
             return svg.getBoundingClientRect().width <= 300 || [...svg.querySelectorAll('.jp-KerasMagic-span')]
                 .some(g => g.dataset.change && (g.querySelector('.jp-KerasMagic-spanLabel')?.textContent ?? '')
                     .includes(g.dataset.change));

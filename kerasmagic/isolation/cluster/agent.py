@@ -277,6 +277,9 @@ class NodeAgent:
         first from now on, and one that does is started now. Returns what was new here.
 
         Never raises, for the reason :meth:`warm` gives.
+
+        Example (the kernel's cluster session calls it on the other nodes' agents):
+            >>> agent.learn.remote(["pandas"], ["numpy", "keras"], {}, 1.0)    # doctest: +SKIP
         """
         try:
             return self.pool.learn(list(modules), WorkerSpec(tuple(preload), job_environment(overrides, num_cpus)))

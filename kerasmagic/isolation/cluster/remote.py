@@ -108,7 +108,11 @@ class ClusterSession:
         the other nodes' agents learn them too, so that a job Ray sends anywhere next finds them
         in its template (issue 23, part 2: "locally and on every Ray node"). Waits for their
         answers (milliseconds: each starts its new template in the background), so that the
-        next job cannot reach an agent before the news does."""
+        next job cannot reach an agent before the news does.
+
+        Example (after a job on node ``a1`` imported pandas itself):
+            >>> session.spread_learned(["pandas"], "a1", ("numpy", "keras"), {}, 1.0)    # doctest: +SKIP
+        """
         new = [m for m in modules if m in PRELOADABLE and m not in self.learned and m not in preload]
         if not new:
             return

@@ -12,8 +12,10 @@ a lifeline pipe (:mod:`kerasmagic.isolation.lifeline`) whose write end only the 
 When the kernel is gone (EOF on the pipe, or its pid no longer running), the watcher ends every
 process of that Ray session: those whose command line names the session folder, or that have
 a file of it open (Ray renames its agents and workers, ``ray::DashboardAgent``, so their
-command line no longer says which session they belong to). SIGTERM first, SIGKILL for what is
-left after a moment; then it exits. It touches nothing of another session or of any other user.
+command line no longer says which session they belong to), and only Ray's own processes: another
+driver attached to the session, or a ``tail -f`` of its log, is left alone. SIGTERM first,
+SIGKILL for what is left after a moment; then it exits. It touches nothing of another session or
+of any other user.
 
 **A node agent's files.** Ray ends an agent (``ray.shutdown()``, the kernel's exit, its node's
 end) with a SIGTERM that it may follow at once with SIGKILL, or with no signal at all, and
@@ -40,7 +42,7 @@ from typing import Any
 from ..leftovers import our_folders, remove_kernel_files
 from ..lifeline import lifeline_pipe
 
-__all__ = ["session_processes", "start_file_reaper", "start_watcher"]
+__all__ = ["end_session", "session_processes", "start_file_reaper", "start_watcher"]
 
 #: How long the session's processes get to end after SIGTERM before they are SIGKILLed.
 TERM_GRACE_S = 2.0
@@ -59,6 +61,10 @@ def start_watcher(session_dir: str) -> int | None:
 
     None where it could not be started: the cluster then ends with the kernel only when the
     kernel exits cleanly, as before.
+
+    Example:
+        >>> start_watcher("/tmp/ray/session_that_never_was") is None    # no such session folder
+        True
     """
     if not session_dir or not os.path.isdir(session_dir):
         return None
@@ -83,6 +89,10 @@ def start_file_reaper() -> bool:
     """Have this process's files removed once it is gone, however it ends (see the module).
 
     False where the reaper could not be started (the next agent's sweep then removes them).
+
+    Example (in a Ray node's agent, which Ray may end without a word):
+        >>> start_file_reaper()    # doctest: +SKIP
+        True
     """
     read_fd, write_fd = lifeline_pipe()
     try:
@@ -93,7 +103,14 @@ def start_file_reaper() -> bool:
             start_new_session=True,
         )
         starter.wait(timeout=30)  # it forks the reaper and exits: the reaper is no child of ours
-    except (OSError, subprocess.TimeoutExpired):
+    except subprocess.TimeoutExpired:
+        # Ended, or the reaper it forks later would find the pipe closed and take this live
+        # process for gone (only the owner lock would then keep its files).
+        starter.kill()
+        starter.wait()
+        os.close(write_fd)
+        return False
+    except OSError:
         os.close(write_fd)
         return False
     finally:
@@ -102,12 +119,34 @@ def start_file_reaper() -> bool:
     return starter.returncode == 0
 
 
+def _is_rays_own(args: list[str]) -> bool:
+    """Whether a command line is one of Ray's own processes: its GCS, a raylet, a worker or an
+    agent Ray renamed (``ray::IDLE``, ``ray::DashboardAgent``), or a Python script of Ray's
+    (the dashboard, the log monitor, ``default_worker.py``).
+
+    Example:
+        >>> _is_rays_own(["ray::DashboardAgent"]), _is_rays_own(["python", "train.py"])
+        (True, False)
+    """
+    if not args:
+        return False
+    if args[0].startswith("ray::") or os.path.basename(args[0]) in ("gcs_server", "raylet"):
+        return True
+    return any(f"{os.sep}ray{os.sep}" in arg for arg in args[:2])
+
+
 def _names_session(process: Any, session_dir: str) -> bool:
-    """Whether a ``psutil.Process`` names the session folder or has a file of it open."""
+    """Whether a ``psutil.Process`` is one of Ray's own processes of the session: it names the
+    session folder, or has a file of it open (Ray renames its agents). Anyone else's process
+    that names it or reads its files (another driver attached with ``address="auto"``, a
+    ``tail -f`` of a log) is never ours to end."""
     import psutil
 
     try:
-        if session_dir in " ".join(process.cmdline()):
+        args = process.cmdline()
+        if not _is_rays_own(args):
+            return False
+        if session_dir in " ".join(args):
             return True
         return any(f.path == session_dir or f.path.startswith(session_dir + os.sep) for f in process.open_files())
     except psutil.Error:
@@ -147,7 +186,11 @@ def _signal(pids: list[int], signum: int) -> None:
 
 
 def end_session(session_dir: str) -> None:
-    """End every process of the session: SIGTERM, then SIGKILL what is left (see the module)."""
+    """End every process of the session: SIGTERM, then SIGKILL what is left (see the module).
+
+    Example:
+        >>> end_session("/tmp/ray/session_that_never_was")    # nothing of it runs: returns at once
+    """
     deadline = time.monotonic() + SWEEP_S
     while time.monotonic() < deadline:
         pids = session_processes(session_dir)
@@ -161,17 +204,31 @@ def end_session(session_dir: str) -> None:
         time.sleep(0.2)
 
 
-def _kernel_running(pid: int) -> bool:
+def _started(pid: int) -> float | None:
+    """When process ``pid`` started (psutil's ``create_time``); None when it is gone."""
     import psutil
 
     try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+        return psutil.Process(pid).create_time()
+    except psutil.Error:
+        return None
+
+
+def _kernel_running(pid: int, started: float | None) -> bool:
+    """Whether the process ``pid`` that started at ``started`` still runs: a zombie does not,
+    and neither does a new process that got its number."""
+    import psutil
+
+    try:
+        process = psutil.Process(pid)
+        return process.create_time() == started and process.status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
         return False
 
 
 def _wait_until_gone(pid: int, fd: int) -> None:
     """Return once process ``pid`` is gone: EOF on its lifeline ``fd``, or its pid no longer running."""
+    started = _started(pid)
     watched = [fd]
     while True:
         try:
@@ -181,7 +238,7 @@ def _wait_until_gone(pid: int, fd: int) -> None:
         except OSError:
             watched = []
             time.sleep(_POLL_S)
-        if not _kernel_running(pid):
+        if not _kernel_running(pid, started):
             return
 
 

@@ -226,6 +226,10 @@ def check_reachable(address: str, timeout: float = REACH_TIMEOUT_S) -> None:
             if len(answer) == 9 and answer[3] != _SETTINGS_FRAME_TYPE:
                 connection.settimeout(0.5)
                 answer += _read_up_to(connection, 40)  # enough of it to recognise in the message
+    except UnicodeError:  # the IDNA codec's word for "foo..bar": an empty or too long label
+        raise IsolationUsageError(
+            f"{where[0]!r} in {address!r} is not a valid host name; give the head's address as host:port "
+            "(e.g. address='10.0.0.5:6379'; `ray status` on the head node prints it)") from None
     except OSError as exc:
         why = f"looking up {where[0]} took longer than {timeout:g} s" if isinstance(exc, _LookupTimeout) else \
             f"{type(exc).__name__} within {timeout:g} s"
