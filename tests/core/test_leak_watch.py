@@ -209,9 +209,14 @@ def test_a_keras_cell_leaks_and_under_fresh_model_it_does_not(shell):
     _run(shell, "%%fresh_model -q model\n" + fit, times=4, cell_id="fresh")
     report = kerasmagic.cell_growth()
     fresh = next(c for c in report.cells if c["key"] == "fresh")
-    assert not fresh["flagged"] and fresh["runs"] == 4, fresh
+    assert fresh["runs"] == 4, fresh
     assert fresh["last"]["custom_gradient_entries"] <= 0, fresh  # the clean purged the dead entries
-    assert [c["key"] for c in report.flagged] == ["fit"]
+    # What a %%fresh_model cell still leaves is TensorFlow's op stack-trace cache, 0.7-1.4 MiB
+    # a cell on this model (issue 20's measurement), right at the watch's 1 MiB noise floor: on
+    # 1 run in 3 or so every run crossed it and the cell was flagged. What must hold is that the
+    # clean takes away what the bare cell leaks, run after run.
+    assert (fresh["growth_per_run_bytes"] or 0) < min(2 * MIB, cell["growth_per_run_bytes"] / 2), (fresh, cell)
+    assert [c["key"] for c in report.flagged if c["key"] != "fresh"] == ["fit"]
 
 
 def test_tf_mem_cells_shows_the_leak_watch_as_text_and_returns_it(shell, capsys):

@@ -264,6 +264,9 @@ def _clear_session(page) -> None:
         const button = panel.querySelector('.jp-KerasMagic-clear');
         return button.getBoundingClientRect().top - panel.getBoundingClientRect().top + panel.scrollTop;
     }}"""
+    # A panel that just opened (the projector's) may still be adding lines above the button: its
+    # first samples, the kernel's record. Measured once a sample has been drawn since.
+    _next_sample(page)
     before = page.evaluate(where)
     page.click(f"{SIDEBAR} .jp-KerasMagic-clear")
     page.wait_for_selector(f"{SIDEBAR} .jp-KerasMagic-report[data-status='ok']", timeout=120_000)
