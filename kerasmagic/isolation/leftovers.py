@@ -154,6 +154,19 @@ def running(pid: int) -> bool:
     return state not in (b"Z", b"X", b"x")
 
 
+def _remove(path: str) -> bool:
+    """Remove a file or a whole folder of ours; False where a file could not be removed (a folder
+    goes as far as it can). Safe in a signal handler."""
+    if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path, ignore_errors=True)
+        return True
+    try:
+        os.unlink(path)
+    except OSError:
+        return False
+    return True
+
+
 #: How long a cleaner waits for an owner lock that is taken: a live kernel holds it for good, but
 #: another cleaner (a new pool's sweep checking the owner) holds it for a moment, and giving up
 #: at once then left a dead kernel's files for good (seen: test_leftovers, 1 run in 3).
@@ -211,14 +224,8 @@ def remove_kernel_files(pid: int, folders: list[str]) -> list[str]:
                 if not name.startswith(prefixes):
                     continue
                 path = os.path.join(folder, name)
-                if os.path.isdir(path) and not os.path.islink(path):
-                    shutil.rmtree(path, ignore_errors=True)
-                else:
-                    try:
-                        os.unlink(path)
-                    except OSError:
-                        continue
-                removed.append(path)
+                if _remove(path):
+                    removed.append(path)
             if fd is not None:
                 try:
                     os.unlink(lock_path)
@@ -277,14 +284,8 @@ def sweep_orphans() -> list[str]:
             if path.endswith(_LOCK_SUFFIX):
                 locks.append(path)  # last: it says whose the other files are
                 continue
-            if os.path.isdir(path):
-                shutil.rmtree(path, ignore_errors=True)
-            else:
-                try:
-                    os.unlink(path)
-                except OSError:
-                    continue
-            removed.append(path)
+            if _remove(path):
+                removed.append(path)
         for path in locks:
             try:
                 os.unlink(path)
