@@ -57,8 +57,8 @@ def import_and_report(name):
 
 
 def test_a_nodes_templates_learn_what_its_jobs_import(cluster):
-    # Each node's agent learns from the jobs it runs (issue 23, part 2): a module the kernel
-    # never imported, imported by the first job, is in the template the node's next job forks.
+    # A node's agent learns from the jobs it runs (issue 23, part 2): a module the kernel never
+    # imported, imported by the first job, is in the template the node's next job forks.
     from importlib.util import find_spec
 
     from kerasmagic.isolation.spec import PRELOADABLE
@@ -72,23 +72,8 @@ def test_a_nodes_templates_learn_what_its_jobs_import(cluster):
     second = run_isolated(import_and_report, args=(name,), on=where, timeout=300)
     assert first.value is False and name in first.job_imported
     assert second.value is True and name in second.template_modules and name not in second.job_imported
-
-
-def test_what_one_nodes_job_imported_is_in_every_nodes_next_template(cluster):
-    # Issue 23, part 2: "locally and on every Ray node". A job on the second node imports a
-    # module the kernel never did; the head's agent learns it too, so the next job Ray sends
-    # there forks from a template that has it.
-    from importlib.util import find_spec
-
-    from kerasmagic.isolation.spec import PRELOADABLE
-
-    names = [m for m in ("matplotlib.pyplot", "pandas", "tf_keras", "sklearn") if m in PRELOADABLE
-             and m not in sys.modules and find_spec(m.split(".")[0]) is not None]
-    if len(names) < 2:
-        pytest.skip("the test needs a module not imported here that the test above does not learn")
-    name = names[-1]
-    first = run_isolated(import_and_report, args=(name,), on=OnRay(node=cluster.second.node_id), timeout=300)
-    assert first.value is False and name in first.job_imported, str(first)
+    # And every other node learns it too (issue 23, part 2: "locally and on every Ray node"):
+    # the head's next job forks from a template that has it.
     on_head = run_isolated(import_and_report, args=(name,), on=OnRay(node=cluster.head_node.node_id), timeout=300)
     assert on_head.value is True and name in on_head.template_modules, str(on_head)
     assert name not in on_head.job_imported
