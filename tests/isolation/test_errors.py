@@ -278,17 +278,23 @@ def test_a_timeout_shows_the_jobs_own_output_not_the_templates(tmp_path):
 @pytest.mark.parametrize("then", ["", "import time\ntime.sleep(30)"])
 def test_a_job_that_closes_our_descriptors_is_said_so_without_our_traceback(fork, then):
     pool = WorkerPool(size=1, fork=fork)
-    started = time.perf_counter()
     try:
+        # The clock starts with a ready pool: a template that learned TF or JAX from earlier
+        # tests takes seconds to start on a loaded machine, and that is not what is timed.
+        _run_job_with(pool)
+        started = time.perf_counter()
         with pytest.raises(IsolatedCrash) as info:
             _run_job_with(pool, f"import os\nos.closerange(3, 4096)\n{then}")
+        took = time.perf_counter() - started
     finally:
         pool.shutdown()
     message = str(info.value)
     assert "closed its channel to the kernel" in message and "os.closerange" in message, message
     for internal in ("Traceback", "Bad file descriptor", "code None", "worker.py"):
         assert internal not in message, message
-    assert time.perf_counter() - started < 8 + (0 if fork else 20)  # not the 10 s grace of a finished job
+    # Ended after the 2 s grace of a lost channel, not the 10 s one of a finished job (a
+    # worker without fork starts afresh for the job, which may take seconds under load).
+    assert took < 7 + (0 if fork else 20), took
 
 
 def test_a_huge_exception_message_is_shown_once_and_shortened():
