@@ -14,6 +14,7 @@ import time
 
 import psutil
 import pytest
+from process_checks import gone
 
 from kerasmagic.isolation import IsolatedCellError, IsolatedShippingError, IsolatedTimeout, run_isolated
 from kerasmagic.isolation.pool import default_pool
@@ -21,18 +22,6 @@ from kerasmagic.isolation.pool import default_pool
 pytestmark = pytest.mark.isolation
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-def _gone(pid: int, within: float = 5.0) -> bool:
-    deadline = time.time() + within
-    while time.time() < deadline:
-        try:
-            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
-                return True
-        except psutil.NoSuchProcess:
-            return True
-        time.sleep(0.05)
-    return False
 
 
 def _describe(pid: int) -> str:
@@ -108,7 +97,7 @@ def test_a_forked_job_runs_near_the_top_of_the_stack_not_inside_the_templates_lo
 
 def test_a_subprocess_started_by_the_job_does_not_outlive_it():
     result = run_isolated("import subprocess\nchild = subprocess.Popen(['sleep', '300']).pid", quiet=True)
-    assert _gone(result.outputs["child"]), "the job's subprocess outlived the job"
+    assert gone(result.outputs["child"]), "the job's subprocess outlived the job"
 
 
 def test_a_fork_inside_the_job_cannot_answer_for_it():
@@ -241,7 +230,7 @@ def test_a_killed_kernel_leaves_no_process_folder_or_log():
         kernel.wait(10)
         for pid in ours + [grandchild]:
             # A generous deadline: on a loaded machine the watchers need a moment to run.
-            assert _gone(pid, within=20), f"pid {pid} outlived the killed kernel: {_describe(pid)}"
+            assert gone(pid, within=20), f"pid {pid} outlived the killed kernel: {_describe(pid)}"
         deadline = time.time() + 5
         while time.time() < deadline and any(os.path.exists(p) for p in mine):
             time.sleep(0.05)
@@ -295,7 +284,7 @@ def test_the_template_ends_when_its_kernel_is_killed_again_and_again():
             kernel.send_signal(signal.SIGKILL)
             kernel.wait(10)
             for pid in ours:
-                assert _gone(pid, within=20), f"pid {pid} outlived the killed kernel: {_describe(pid)}"
+                assert gone(pid, within=20), f"pid {pid} outlived the killed kernel: {_describe(pid)}"
         finally:
             kernel.kill()
             kernel.stdout.close()

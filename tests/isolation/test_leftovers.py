@@ -16,6 +16,7 @@ import uuid
 
 import psutil
 import pytest
+from process_checks import gone
 
 from kerasmagic.isolation.leftovers import our_folders
 
@@ -34,18 +35,6 @@ def _left_after(paths: list[str], within: float) -> list[str]:
     while time.monotonic() < deadline and any(os.path.exists(p) for p in paths):
         time.sleep(0.05)
     return [p for p in paths if os.path.exists(p)]
-
-
-def _gone(pid: int, within: float) -> bool:
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        try:
-            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
-                return True
-        except psutil.NoSuchProcess:
-            return True
-        time.sleep(0.05)
-    return False
 
 
 def _driver(script: str, **env: str) -> subprocess.Popen:
@@ -108,7 +97,7 @@ def test_a_kernel_killed_mid_map_leaves_neither_the_shared_folder_nor_items_not_
         ours = [p.pid for p in psutil.Process(kernel.pid).children(recursive=True)]
         kernel.send_signal(signal.SIGKILL)  # not reaped until the end: a zombie, as under a Jupyter server
         for pid in ours:
-            assert _gone(pid, within=20), f"pid {pid} outlived the killed kernel"
+            assert gone(pid, within=20), f"pid {pid} outlived the killed kernel"
         started = time.monotonic()
         left = _left_after(mine, within=10)
         assert left == [], f"left behind by the killed kernel: {left}"
@@ -150,7 +139,7 @@ def test_a_kernel_killed_while_its_template_imports_leaves_no_folder_lock_or_log
         assert {"isolated", "kernel", "template"} <= kinds, mine
         kernel.send_signal(signal.SIGKILL)
         kernel.wait(10)
-        assert _gone(template, within=20), "the template outlived its kernel"
+        assert gone(template, within=20), "the template outlived its kernel"
         left = _left_after(mine, within=10)
         assert left == [], f"left behind by a kernel killed during a cold start: {left}"
     finally:
@@ -167,7 +156,7 @@ def test_a_dead_kernel_that_is_still_a_zombie_counts_as_gone_for_a_new_templates
     zombie = subprocess.Popen([sys.executable, "-c", "pass"])
     pool = None
     try:
-        assert _gone(zombie.pid, within=20)
+        assert gone(zombie.pid, within=20)
         assert psutil.Process(zombie.pid).status() == psutil.STATUS_ZOMBIE
         folder = tempfile.mkdtemp(prefix=f"kerasmagic-isolated-{zombie.pid}-", dir=our_folders()[-1])
         fd, log = tempfile.mkstemp(prefix=f"kerasmagic-template-{zombie.pid}-", suffix=".log")
@@ -209,7 +198,7 @@ def test_a_stray_sigterm_to_a_template_leaves_its_live_kernels_files_alone():
     try:
         assert all(os.path.exists(lock) for lock in locks)
         os.kill(template, signal.SIGTERM)
-        assert _gone(template, within=20)
+        assert gone(template, within=20)
         assert os.path.isdir(folder), "a live kernel's job folder was removed"
         assert [lock for lock in locks if not os.path.exists(lock)] == [], "a live kernel's owner lock was removed"
     finally:
