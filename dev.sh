@@ -197,7 +197,14 @@ case "${1:-}" in
       setup_lab40_stack "$wheel"
     fi
     status=0
-    "$VENV/bin/python" -m pytest "$@" || status=$?
+    if [ "$stacks" = 1 ]; then
+      # Two workers (pytest-xdist), each taking whole test files, so a file's module fixtures (a
+      # JupyterLab server, a Ray cluster) start once: about half the serial 44 min on CI's 2
+      # cores, as many tests wait on kernels, browsers and clusters. The slowest 25 are listed.
+      "$VENV/bin/python" -m pytest -n "${KERASMAGIC_TEST_WORKERS:-2}" --dist loadfile --durations=25 || status=$?
+    else
+      "$VENV/bin/python" -m pytest "$@" || status=$?
+    fi
     if [ "$stacks" = 1 ]; then
       log "Colab's pinned stack (.venv-colab: IPython 7.34, ipykernel 6.17, ipywidgets 7.7, TF 2.19)"
       KERASMAGIC_STACK=colab .venv-colab/bin/python -m pytest -p no:cacheprovider "${COLAB_STACK_TESTS[@]}" || status=$?

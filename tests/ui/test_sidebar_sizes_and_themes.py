@@ -266,11 +266,24 @@ def _clear_session(page) -> None:
     }}"""
     # A panel that just opened (the projector's) may still be adding lines above the button: its
     # first samples, the kernel's record. Measured once a sample has been drawn since.
+    # What lies above the button, block by block: a failure says which one moved it.
+    above = f"""() => {{
+        const panel = document.querySelector('{SIDEBAR}');
+        const button = panel.querySelector('.jp-KerasMagic-clear');
+        return [...panel.querySelectorAll('*')]
+            .filter(node => node.children.length === 0 && node.getClientRects().length
+                    && (node.compareDocumentPosition(button) & Node.DOCUMENT_POSITION_FOLLOWING))
+            .map(node => `${{node.className.baseVal ?? node.className}} `
+                         + `${{Math.round(node.getBoundingClientRect().height)}} `
+                         + (node.textContent || '').slice(0, 40));
+    }}"""
     _next_sample(page)
-    before = page.evaluate(where)
+    before, blocks = page.evaluate(where), page.evaluate(above)
     page.click(f"{SIDEBAR} .jp-KerasMagic-clear")
     page.wait_for_selector(f"{SIDEBAR} .jp-KerasMagic-report[data-status='ok']", timeout=120_000)
-    assert abs(page.evaluate(where) - before) <= 1, (before, page.evaluate(where))
+    after, moved = page.evaluate(where), [b for b in page.evaluate(above) if b not in blocks]
+    assert abs(after - before) <= 1, (before, after, "above the button, new or changed:", moved,
+                                      "gone:", [b for b in blocks if b not in page.evaluate(above)])
 
 
 def _every_state(page, screens, marks: int, artifacts) -> list[str]:
