@@ -71,9 +71,9 @@ def test_a_reload_while_a_cell_runs_attaches_before_the_cell_ends(lab, page, art
     assert panel_data(page)["state"] == "connected"
     # The sidebar deletes its subshell as the page unloads, best effort: on a loaded machine the
     # request can go down with the page (two fresh-clone CI runs on 2026-11-27 kept the old
-    # page's subshell for over 15 s). Known and not fixed yet (the stop note of that day says how
-    # it would be): one reload may leave its one subshell thread behind, never more, and the new
-    # page has its own.
+    # page's subshell for over 15 s). Known and not fixed yet (the fix: the tab keeps its subshell
+    # id in sessionStorage, which outlives a reload, and deletes it on the next load): one reload
+    # may leave its one subshell thread behind, never more, and the new page has its own.
     subshells = page.evaluate(
         """async () => {
             const kernel = window.jupyterapp.shell.currentWidget.sessionContext.session.kernel;

@@ -264,8 +264,6 @@ def _clear_session(page) -> None:
         const button = panel.querySelector('.jp-KerasMagic-clear');
         return button.getBoundingClientRect().top - panel.getBoundingClientRect().top + panel.scrollTop;
     }}"""
-    # A panel that just opened (the projector's) may still be adding lines above the button: its
-    # first samples, the kernel's record. Measured once a sample has been drawn since.
     # What lies above the button, block by block: a failure says which one moved it.
     above = f"""() => {{
         const panel = document.querySelector('{SIDEBAR}');
@@ -277,13 +275,15 @@ def _clear_session(page) -> None:
                          + `${{Math.round(node.getBoundingClientRect().height)}} `
                          + (node.textContent || '').slice(0, 40));
     }}"""
+    # A panel that just opened (the projector's) may still be adding lines above the button: its
+    # first samples, the kernel's record. Measured once a sample has been drawn since.
     _next_sample(page)
     before, blocks = page.evaluate(where), page.evaluate(above)
     page.click(f"{SIDEBAR} .jp-KerasMagic-clear")
     page.wait_for_selector(f"{SIDEBAR} .jp-KerasMagic-report[data-status='ok']", timeout=120_000)
-    after, moved = page.evaluate(where), [b for b in page.evaluate(above) if b not in blocks]
-    assert abs(after - before) <= 1, (before, after, "above the button, new or changed:", moved,
-                                      "gone:", [b for b in blocks if b not in page.evaluate(above)])
+    after, now = page.evaluate(where), page.evaluate(above)
+    assert abs(after - before) <= 1, (before, after, "above the button, new or changed:",
+                                      [b for b in now if b not in blocks], "gone:", [b for b in blocks if b not in now])
 
 
 def _every_state(page, screens, marks: int, artifacts) -> list[str]:
