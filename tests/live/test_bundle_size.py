@@ -44,3 +44,22 @@ def test_the_readme_states_the_measured_size(bundle):
     # Within 2 KiB: a small change need not touch the README, a grown bundle must.
     assert abs(all_kib - bundle.all_bytes / 1024) < 2, f"README says {all_kib} KiB in all, the build weighs {bundle}"
     assert abs(js_kib - bundle.js_bytes / 1024) < 2, f"README says JS {js_kib} KiB, the build weighs {bundle}"
+
+
+def test_every_underscore_name_we_call_on_others_objects_is_kept_by_the_minifier():
+    # The production build shortens `_`-prefixed property names (labextension/webpack.config.js),
+    # which are our private members by convention. One we call on someone else's object (a
+    # services hook, the translation bundle's `_n`) must be in the minifier's `reserved` list, or
+    # the call breaks in the production build only.
+    # Comments out: they name things like `os._exit` that are no property access.
+    sources = [re.sub(r"//[^\n]*", "", re.sub(r"/\*.*?\*/", "", p.read_text(), flags=re.S))
+               for p in (ROOT / "labextension" / "src").glob("*.ts")]
+    ours = {m for text in sources
+            for m in re.findall(r"\b(?:private|protected)\s+(?:static\s+)?(?:readonly\s+)?(?:async\s+)?(_[A-Za-z]\w*)",
+                                text)}
+    called = {m for text in sources for m in re.findall(r"\.(_[A-Za-z]\w*)", text)}
+    config = (ROOT / "labextension" / "webpack.config.js").read_text()
+    reserved = set(re.findall(r"'(_\w+)'", re.search(r"reserved:\s*\[([^\]]*)\]", config).group(1)))
+    assert len(ours) > 100, f"found only {len(ours)} private members: the pattern no longer matches the sources"
+    assert called - ours <= reserved, f"add to webpack.config.js's reserved: {sorted(called - ours - reserved)}"
+    assert reserved <= called, f"reserved but no longer called: {sorted(reserved - called)}"
