@@ -39,6 +39,7 @@ import {
 import {
   ISubshellResult,
   MainShellReason,
+  noteUnloadedSubshell,
   openSubshellConnection,
   releaseSubshellConnection,
   subshellIdOf
@@ -310,6 +311,10 @@ export class LiveConnection implements IDisposable {
     this._historyMinutes = options.historyMinutes;
     this._onPageVisibility = () => this._sendVisibility();
     this._onPageUnload = () => {
+      const subshellId = this.subshellId;
+      if (subshellId && this._kernel) {
+        noteUnloadedSubshell(this._kernel.id, subshellId);
+      }
       this._closeComm();
       this._dropSubshell(true); // best effort: no subshell thread of ours outlives the page
     };

@@ -145,6 +145,62 @@ async function kernelInfo(
   return known ?? (await controlRequest(kernel, 'kernel_info_request', {}));
 }
 
+/** Where a tab keeps the subshells its last page asked, while unloading, to delete. */
+const UNLOADED_KEY = 'kerasmagic:unloaded-subshells';
+/** A bound on what a tab keeps there: kernels it never opens again stay listed. */
+const UNLOADED_KEPT = 20;
+
+function unloadedSubshells(): [string, string][] {
+  try {
+    const list = JSON.parse(sessionStorage.getItem(UNLOADED_KEY) ?? '[]');
+    return Array.isArray(list) ? list : [];
+  } catch {
+    return []; // storage turned off, or not ours
+  }
+}
+
+function keepUnloaded(list: [string, string][]): void {
+  try {
+    sessionStorage.setItem(
+      UNLOADED_KEY,
+      JSON.stringify(list.slice(-UNLOADED_KEPT))
+    );
+  } catch {
+    // storage turned off or full: the kernel keeps an idle thread, nothing else is lost
+  }
+}
+
+/**
+ * Note, as the page unloads, a subshell it asks the kernel to delete. That request leaves with
+ * the page and can be lost with it (seen on a loaded machine); the tab's next page repeats it
+ * (`sessionStorage` outlives a reload). Written only while unloading, so a duplicated tab,
+ * which copies the storage of a page still in use, finds nothing to delete.
+ */
+export function noteUnloadedSubshell(
+  kernelId: string,
+  subshellId: string
+): void {
+  keepUnloaded([...unloadedSubshells(), [kernelId, subshellId]]);
+}
+
+/** Repeat the delete requests this tab's last page sent to `kernel` while it unloaded. */
+function deleteUnloadedSubshells(kernel: Kernel.IKernelConnection): void {
+  const list = unloadedSubshells();
+  const left = list.filter(([kernelId]) => kernelId !== kernel.id);
+  if (left.length === list.length) {
+    return;
+  }
+  keepUnloaded(left);
+  for (const [kernelId, subshellId] of list) {
+    if (kernelId === kernel.id) {
+      // Already gone when the first request arrived: the kernel answers an error, no harm.
+      void controlRequest(kernel, 'delete_subshell_request', {
+        subshell_id: subshellId
+      });
+    }
+  }
+}
+
 /**
  * A clone of `kernel`'s connection bound to a new subshell, or why there is none: the kernel
  * has none, this JupyterLab cannot use one, the user turned comms over subshells off, or the
@@ -179,6 +235,7 @@ export async function openSubshellConnection(
   if (!api) {
     return without('frontend');
   }
+  deleteUnloadedSubshells(kernel);
   const reply = await controlRequest(kernel, 'create_subshell_request', {});
   const subshellId = reply?.subshell_id;
   if (reply?.status !== 'ok' || typeof subshellId !== 'string') {

@@ -69,12 +69,11 @@ def test_a_reload_while_a_cell_runs_attaches_before_the_cell_ends(lab, page, art
         arg=seq, timeout=30_000,
     )
     assert panel_data(page)["state"] == "connected"
-    # The sidebar deletes its subshell as the page unloads, best effort: on a loaded machine the
-    # request can go down with the page (two fresh-clone CI runs on 2026-11-27 kept the old
-    # page's subshell for over 15 s). Known and not fixed yet (the fix: the tab keeps its subshell
-    # id in sessionStorage, which outlives a reload, and deletes it on the next load): one reload
-    # may leave its one subshell thread behind, never more, and the new page has its own.
-    subshells = page.evaluate(
+    # The sidebar deletes its subshell as the page unloads, and on a loaded machine that request
+    # can go down with the page (two fresh-clone CI runs on 2026-11-27 kept the old page's
+    # subshell for over 15 s). So the unloading page also notes it in sessionStorage, and the
+    # reloaded one deletes it again before it makes its own: one subshell is left, the new page's.
+    left = page.evaluate(
         """async () => {
             const kernel = window.jupyterapp.shell.currentWidget.sessionContext.session.kernel;
             await kernel.info;
@@ -84,7 +83,8 @@ def test_a_reload_while_a_cell_runs_attaches_before_the_cell_ends(lab, page, art
                 if (ids.length <= 1) { break; }
                 await new Promise(resolve => setTimeout(resolve, 250));
             }
-            return ids;
+            return {ids, noted: sessionStorage.getItem('kerasmagic:unloaded-subshells')};
         }"""
     )
-    assert 1 <= len(subshells) <= 2, subshells
+    assert len(left["ids"]) == 1, left
+    assert left["noted"] == "[]", f"the reloaded page left the old subshell's note in place: {left}"
