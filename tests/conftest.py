@@ -86,3 +86,35 @@ def keras_shell(shell):
 
     run(shell, MAKE_MODEL)
     return shell
+
+
+# --- how two xdist workers share the suite (`./dev.sh test`: -n 2 --dist loadfile) -------------
+# Files go to workers whole, so a module fixture (a Ray cluster, a JupyterLab server) starts once.
+# Left to itself xdist hands out the files with the most tests first, and the few-test, long files
+# (the lessons, the Ray cluster, the browser tests) came last: one worker ran the lessons, one
+# after another, while the other sat idle. So the long ones go first, longest first, and each
+# lesson is a unit of its own: a lesson's kernel shares nothing with the next.
+LONG_RUNNING_FIRST = ("tests/cluster/", "tests/notebooks/", "tests/ui/")
+LESSONS = "tests/notebooks/test_notebooks.py::"
+
+
+def _long_running_rank(nodeid: str) -> int:
+    return next((rank for rank, folder in enumerate(LONG_RUNNING_FIRST) if nodeid.startswith(folder)),
+                len(LONG_RUNNING_FIRST))
+
+
+def pytest_collection_modifyitems(config, items):
+    # A stable sort: within a rank the files and their tests keep pytest's order.
+    items.sort(key=lambda item: _long_running_rank(item.nodeid))
+
+
+def pytest_xdist_make_scheduler(config, log):
+    from xdist.scheduler import LoadFileScheduling
+
+    class LessonsApartScheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return nodeid if nodeid.startswith(LESSONS) else super()._split_scope(nodeid)
+
+    if config.getvalue("dist") != "loadfile":
+        return None  # another --dist was asked for: xdist's own
+    return LessonsApartScheduling(config, log)
