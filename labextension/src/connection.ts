@@ -297,6 +297,8 @@ const UNANSWERED_OPEN_MAX_MS = 160_000;
  * that: after a reload it saw the cell start neither in the notebook nor on IOPub).
  */
 const WAITING_AFTER_MS = 1000;
+/** How long after `beforeunload` a page that is still here is taken to have stayed. */
+const UNLOAD_CANCELLED_MS = 2000;
 
 const GONE_STATUSES = new Set<string>([
   'restarting',
@@ -310,17 +312,29 @@ export class LiveConnection implements IDisposable {
     this._intervalS = options.intervalS;
     this._historyMinutes = options.historyMinutes;
     this._onPageVisibility = () => this._sendVisibility();
-    this._onPageUnload = () => {
+    this._onPageUnload = (event: Event) => {
       const subshellId = this.subshellId;
       if (subshellId && this._kernel) {
         noteUnloadedSubshell(this._kernel.id, subshellId);
       }
       this._closeComm();
       this._dropSubshell(true); // best effort: no subshell thread of ours outlives the page
+      if (event.type === 'beforeunload') {
+        // JupyterLab asks "leave this page?" when a notebook has unsaved changes. A page that
+        // is still here a while later stayed (the user said no, or the navigation is slow):
+        // attach again. If it goes after all, `pagehide` lets go of what that attached.
+        window.setTimeout(() => {
+          if (!this._isDisposed && this._kernel) {
+            this._attach();
+          }
+        }, UNLOAD_CANCELLED_MS);
+      }
     };
     document.addEventListener('visibilitychange', this._onPageVisibility);
-    // A reloaded page opens a new comm; closing the old one stops its samples at once.
+    // A reloaded page opens a new comm; closing the old one stops its samples at once. Done
+    // at `beforeunload`, whose messages still go out, and again at `pagehide` (see above).
     window.addEventListener('beforeunload', this._onPageUnload);
+    window.addEventListener('pagehide', this._onPageUnload);
   }
 
   get state(): ConnectionState {
@@ -541,6 +555,7 @@ export class LiveConnection implements IDisposable {
     this._isDisposed = true;
     document.removeEventListener('visibilitychange', this._onPageVisibility);
     window.removeEventListener('beforeunload', this._onPageUnload);
+    window.removeEventListener('pagehide', this._onPageUnload);
     this.setSessionContext(null);
     Signal.clearData(this);
   }
@@ -1330,7 +1345,7 @@ export class LiveConnection implements IDisposable {
   >();
   private _isDisposed = false;
   private _onPageVisibility: () => void;
-  private _onPageUnload: () => void;
+  private _onPageUnload: (event: Event) => void;
   private _stateChanged = new Signal<this, ConnectionState>(this);
   private _changed = new Signal<this, void>(this);
 }

@@ -1,11 +1,11 @@
-"""A page reload while a cell runs: the sidebar attaches at once (over a kernel subshell),
-not when the cell ends."""
+"""Page reloads: one while a cell runs, where the sidebar attaches at once (over a kernel
+subshell), not when the cell ends; and one the user cancels at JupyterLab's prompt."""
 
 import json
 
 import pytest
 
-from .conftest import notebook, panel_data, run_cell, wait_idle, wait_kernel_ready
+from .conftest import notebook, open_in_lab, panel_data, run_cell, wait_idle, wait_kernel_ready
 
 pytestmark = pytest.mark.ui
 
@@ -88,3 +88,53 @@ def test_a_reload_while_a_cell_runs_attaches_before_the_cell_ends(lab, page, art
     )
     assert len(left["ids"]) == 1, left
     assert left["noted"] == "[]", f"the reloaded page left the old subshell's note in place: {left}"
+
+
+def test_a_reload_cancelled_at_the_unsaved_changes_prompt_leaves_the_panel_live(lab, page):
+    # The sidebar lets go of its comm and subshell at `beforeunload`, but JupyterLab asks "leave
+    # this page?" there when a notebook has unsaved changes, and a user may stay: the panel must
+    # then attach again, not sit on its last sample.
+    (lab.root / "edited.ipynb").write_text(json.dumps(notebook(["%load_ext kerasmagic"])))
+    page.goto(lab.lab_url("edited.ipynb"))
+    page.wait_for_function("() => !!window.jupyterapp")
+    open_in_lab(page, "edited.ipynb")
+    wait_kernel_ready(page)
+    run_cell(page, 0)
+    page.wait_for_selector(f"{SIDEBAR}[data-state='connected'][data-sample-seq]", timeout=60_000)
+    # A keystroke, as a user edits: Chromium shows the prompt only to a page the user acted on.
+    page.click(".jp-Notebook .jp-Cell .cm-content")
+    page.keyboard.type(" # edited")
+    page.wait_for_function("() => window.jupyterapp.shell.currentWidget.context.model.dirty")
+
+    prompts = []
+
+    def stay(dialog):
+        prompts.append(dialog.type)
+        dialog.dismiss()
+
+    page.on("dialog", stay)
+    page.evaluate("() => { setTimeout(() => location.reload(), 0); }")
+    for _ in range(50):
+        if prompts:
+            break
+        page.wait_for_timeout(200)
+    page.remove_listener("dialog", stay)
+    assert prompts == ["beforeunload"], f"no leave-page prompt came, so this proves nothing: {prompts}"
+
+    seq = int(panel_data(page)["sampleSeq"])
+    page.wait_for_function(
+        "(seq) => { const d = document.getElementById('kerasmagic-sidebar').dataset;"
+        " return d.state === 'connected' && Number(d.sampleSeq) > seq + 1; }",
+        arg=seq, timeout=30_000,
+    )
+    subshells = page.evaluate(
+        """async () => {
+            const kernel = window.jupyterapp.shell.currentWidget.sessionContext.session.kernel;
+            for (const deadline = Date.now() + 5000; ; ) {
+                const ids = (await kernel.requestListSubshell({}).done).content.subshell_id;
+                if (ids.length <= 1 || Date.now() > deadline) { return ids; }
+                await new Promise(resolve => setTimeout(resolve, 250));
+            }
+        }"""
+    )
+    assert len(subshells) == 1, f"the page that stayed should have one subshell, its new one: {subshells}"
