@@ -576,7 +576,7 @@ export class LiveConnection implements IDisposable {
         this._restartPending = null;
         this._noteDeath(
           pending?.record ?? this._record(),
-          pending ? pending.runningCount : this._runningCount,
+          pending ? pending.runningCount : this._runningOrSentCount(),
           status === 'autorestarting'
         );
       }
@@ -587,7 +587,7 @@ export class LiveConnection implements IDisposable {
           // is only a restart when no death followed it.
           const pending = {
             record: this._record(),
-            runningCount: this._runningCount
+            runningCount: this._runningOrSentCount()
           };
           this._restartPending = pending;
           void Promise.resolve().then(() => {
@@ -637,6 +637,7 @@ export class LiveConnection implements IDisposable {
       const count = (msg.content as KernelMessage.IExecuteInputMsg['content'])
         .execution_count;
       this._runningCount = typeof count === 'number' ? count : null;
+      this._lastCount = this._runningCount ?? this._lastCount;
       if (this._state.kind === 'waiting') {
         this._setState({ ...this._state, executionCount: this._runningCount });
       } else {
@@ -658,6 +659,45 @@ export class LiveConnection implements IDisposable {
     ) {
       this._attach();
     }
+  }
+
+  /**
+   * Keep the cells this page sent that will get an `In[n]` until the kernel announces them
+   * (execute_input) or answers without running them (an aborted queue).
+   */
+  private _onAnyMessage(
+    kernel: Kernel.IKernelConnection,
+    args: Kernel.IAnyMessageArgs
+  ): void {
+    const { header, parent_header, content } = args.msg as any;
+    if (args.direction === 'send') {
+      if (
+        header.msg_type === 'execute_request' &&
+        !content.silent &&
+        content.store_history !== false
+      ) {
+        this._unannounced.add(header.msg_id);
+      }
+    } else if (
+      header.msg_type === 'execute_input' ||
+      header.msg_type === 'execute_reply'
+    ) {
+      this._unannounced.delete(parent_header?.msg_id);
+    }
+  }
+
+  /**
+   * The running cell's `In[n]`; where the kernel has not said it (`os._exit` can end the
+   * kernel before its IOPub thread sends execute_input), the one this page sent next, from
+   * the last number it saw. Null where neither is known.
+   */
+  private _runningOrSentCount(): number | null {
+    if (this._runningCount !== null) {
+      return this._runningCount;
+    }
+    return this._unannounced.size > 0 && this._lastCount !== null
+      ? this._lastCount + 1
+      : null;
   }
 
   /**
@@ -882,11 +922,15 @@ export class LiveConnection implements IDisposable {
     this._closeComm();
     if (this._kernel !== kernel) {
       this._kernel?.iopubMessage.disconnect(this._onIopub, this);
+      this._kernel?.anyMessage.disconnect(this._onAnyMessage, this);
       this._dropSubshell(true);
       this._kernel = kernel;
       this._runningCount = null;
+      this._lastCount = null;
+      this._unannounced.clear();
       this._retryMs = UNANSWERED_OPEN_MS;
       kernel.iopubMessage.connect(this._onIopub, this);
+      kernel.anyMessage.connect(this._onAnyMessage, this);
     }
     this._waitOnMainShell = null;
     this._cellGrowth = null; // the kernel sends it after hello too
@@ -1071,6 +1115,7 @@ export class LiveConnection implements IDisposable {
     this._waitOnMainShell = null;
     this._closeComm();
     this._kernel?.iopubMessage.disconnect(this._onIopub, this);
+    this._kernel?.anyMessage.disconnect(this._onAnyMessage, this);
     this._dropSubshell(
       !!this._kernel && !GONE_STATUSES.has(this._kernel.status)
     );
@@ -1332,6 +1377,9 @@ export class LiveConnection implements IDisposable {
   private _cellsEndedAtOpen = 0;
   /** In[n] of the cell running on the main shell, from IOPub's execute_input; null: unknown. */
   private _runningCount: number | null = null;
+  /** The last `In[n]` the kernel announced, and this page's cells sent since, unannounced. */
+  private _lastCount: number | null = null;
+  private _unannounced = new Set<string>();
   /** Enters the waiting state if our open on the main shell is still unanswered. */
   private _waitOnMainShell: (() => void) | null = null;
   /** How long an open may stay unanswered before it is sent again (`_retryIfUnanswered`). */

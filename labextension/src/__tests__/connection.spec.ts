@@ -56,6 +56,7 @@ class FakeKernel {
   supportsSubshells = false;
   info: Promise<unknown> = Promise.resolve({});
   iopubMessage = new Signal<this, any>(this);
+  anyMessage = new Signal<this, any>(this);
   comms: FakeComm[] = [];
   isDisposed = false;
   subshellId: string | null = null;
@@ -464,6 +465,81 @@ describe('LiveConnection and a kernel that dies', () => {
     kernel.comm.receive(data('postmortem.json'));
     expect(connection.death).toBeNull();
     connection.dispose();
+  });
+
+  it('names the cell this page sent when the kernel died before announcing it', async () => {
+    const kernel = new FakeKernel('k1');
+    const { connection, session } = await attached(kernel);
+    const sent = (msgId: string, content: object = {}) =>
+      kernel.anyMessage.emit({
+        direction: 'send',
+        msg: { header: { msg_id: msgId, msg_type: 'execute_request' }, content }
+      });
+    const received = (msgType: string, parentId: string) =>
+      kernel.anyMessage.emit({
+        direction: 'recv',
+        msg: {
+          header: { msg_type: msgType },
+          parent_header: { msg_id: parentId }
+        }
+      });
+    sent('a');
+    kernel.iopubMessage.emit({
+      header: { msg_type: 'execute_input' },
+      parent_header: { msg_type: 'execute_request' },
+      content: { execution_count: 2 }
+    });
+    received('execute_input', 'a');
+    kernel.iopubMessage.emit({
+      header: { msg_type: 'status' },
+      parent_header: { msg_type: 'execute_request' },
+      content: { execution_state: 'idle' }
+    });
+    received('execute_reply', 'a');
+    // A silent request (a tool's) gets no In[n]; an aborted one is answered without running.
+    sent('silent', { silent: true, store_history: false });
+    sent('aborted');
+    received('execute_reply', 'aborted');
+    // The idle kernel killed from outside: no cell ran, none is named.
+    setStatus(kernel, session, 'dead');
+    await settle();
+    expect(connection.death!.executionCount).toBeNull();
+    connection.dispose();
+
+    // `os._exit(1)` in the next cell, sent, and the kernel gone before its execute_input.
+    const next = new FakeKernel('k2');
+    const second = await attached(next);
+    const again = (msgId: string) =>
+      next.anyMessage.emit({
+        direction: 'send',
+        msg: {
+          header: { msg_id: msgId, msg_type: 'execute_request' },
+          content: {}
+        }
+      });
+    again('b');
+    next.iopubMessage.emit({
+      header: { msg_type: 'execute_input' },
+      parent_header: { msg_type: 'execute_request' },
+      content: { execution_count: 2 }
+    });
+    next.anyMessage.emit({
+      direction: 'recv',
+      msg: {
+        header: { msg_type: 'execute_reply' },
+        parent_header: { msg_id: 'b' }
+      }
+    });
+    next.iopubMessage.emit({
+      header: { msg_type: 'status' },
+      parent_header: { msg_type: 'execute_request' },
+      content: { execution_state: 'idle' }
+    });
+    again('c');
+    setStatus(next, second.session, 'dead');
+    await settle();
+    expect(second.connection.death!.executionCount).toBe(3);
+    second.connection.dispose();
   });
 
   it('tells a death it did not see, from the next kernel alone (a page reloaded since)', async () => {
