@@ -204,7 +204,8 @@ case "${1:-}" in
       # Two workers (pytest-xdist), each taking whole test files, so a file's module fixtures (a
       # JupyterLab server, a Ray cluster) start once: about half the serial 44 min on CI's 2
       # cores, as many tests wait on kernels, browsers and clusters. The long files go first and
-      # each lesson on its own (tests/conftest.py). The slowest 25 are listed.
+      # the Ray tests and the lessons run on one worker, one after another (tests/conftest.py).
+      # The slowest 25 are listed.
       "$VENV/bin/python" -m pytest -n "${KERASMAGIC_TEST_WORKERS:-2}" --dist loadfile --no-loadscope-reorder \
         --durations=25 || status=$?
     else

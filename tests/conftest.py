@@ -90,12 +90,14 @@ def keras_shell(shell):
 
 # --- how two xdist workers share the suite (`./dev.sh test`: -n 2 --dist loadfile) -------------
 # Files go to workers whole, so a module fixture (a Ray cluster, a JupyterLab server) starts once.
-# Left to itself xdist hands out the files with the most tests first, and the few-test, long files
-# (the lessons, the Ray cluster, the browser tests) came last: one worker ran the lessons, one
-# after another, while the other sat idle. So the long ones go first, longest first, and each
-# lesson is a unit of its own: a lesson's kernel shares nothing with the next.
+# Left to itself xdist hands out the files with the most tests first, and the few-test, long
+# files (the lessons, the Ray cluster, the browser tests) came last, leaving one worker idle at
+# the end. So the long ones go first. The Ray tests and the lessons are one unit of work, run
+# one after another on one worker: Ray gives a starting node 30 s to register (hard-coded in
+# ray/_private/node.py), and lesson 1's five training processes at once on the other worker
+# made the test cluster, or lesson 7's, miss that on CI's 2 cores.
 LONG_RUNNING_FIRST = ("tests/cluster/", "tests/notebooks/", "tests/ui/")
-LESSONS = "tests/notebooks/test_notebooks.py::"
+RAY_AND_LESSONS = ("tests/cluster/", "tests/notebooks/")
 
 
 def _long_running_rank(nodeid: str) -> int:
@@ -111,10 +113,10 @@ def pytest_collection_modifyitems(config, items):
 def pytest_xdist_make_scheduler(config, log):
     from xdist.scheduler import LoadFileScheduling
 
-    class LessonsApartScheduling(LoadFileScheduling):
+    class RayAndLessonsTogetherScheduling(LoadFileScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            return nodeid if nodeid.startswith(LESSONS) else super()._split_scope(nodeid)
+            return "ray-and-lessons" if nodeid.startswith(RAY_AND_LESSONS) else super()._split_scope(nodeid)
 
     if config.getvalue("dist") != "loadfile":
         return None  # another --dist was asked for: xdist's own
-    return LessonsApartScheduling(config, log)
+    return RayAndLessonsTogetherScheduling(config, log)
