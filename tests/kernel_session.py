@@ -22,8 +22,18 @@ class KernelSession:
         env = {**os.environ, "PYTHONUNBUFFERED": "1", "TF_CPP_MIN_LOG_LEVEL": "3", **(env or {})}
         # The kernel of the Python running the tests (jupyter_client puts sys.executable in
         # the native "python3" spec): in .venv-colab that is Colab's stack.
-        self.manager, self.client = start_new_kernel(kernel_name="python3", env=env, cwd=cwd,
-                                                     startup_timeout=90)
+        for attempt in range(3):
+            try:
+                self.manager, self.client = start_new_kernel(kernel_name="python3", env=env, cwd=cwd,
+                                                             startup_timeout=90)
+                break
+            except RuntimeError:
+                # "Kernel died before replying": two test workers can pick the same free TCP port
+                # for their kernels at once, and the second to bind exits with "Address already
+                # in use" (seen in CI). start_new_kernel has shut that one down; a new start picks
+                # new ports. A kernel that dies for another reason dies three times and says so.
+                if attempt == 2:
+                    raise
         self.iopub: list[dict] = []
         #: The In[n] number of the last cell run by execute() (from its execute_input message).
         self.last_execution_count: int | None = None
