@@ -110,6 +110,7 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: _long_running_rank(item.nodeid))
 
 
+@pytest.hookimpl(optionalhook=True)  # xdist's hook: without xdist (the GPU machine) it is never called
 def pytest_xdist_make_scheduler(config, log):
     from xdist.scheduler import LoadFileScheduling
 
