@@ -96,8 +96,8 @@ def keras_shell(shell):
 # one after another on one worker: Ray gives a starting node 30 s to register (hard-coded in
 # ray/_private/node.py), and lesson 1's five training processes at once on the other worker
 # made the test cluster, or lesson 7's, miss that on CI's 2 cores.
-LONG_RUNNING_FIRST = ("tests/cluster/", "tests/notebooks/", "tests/ui/")
 RAY_AND_LESSONS = ("tests/cluster/", "tests/notebooks/")
+LONG_RUNNING_FIRST = (*RAY_AND_LESSONS, "tests/ui/")
 
 
 def _long_running_rank(nodeid: str) -> int:
