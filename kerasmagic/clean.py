@@ -32,7 +32,12 @@ from .probes import tensorflow as tf_probe
 from .probes import torch_cuda as torch_probe
 from .probes.availability import Unavailable, guarded
 from .records import Record, wire
-from .registry_purge import PurgeResult, entries_tied_to_their_variables, purge_dead_custom_gradients
+from .registry_purge import (
+    PurgeResult,
+    entries_pin_graphs,
+    entries_tied_to_their_variables,
+    purge_dead_custom_gradients,
+)
 from .snapshot import child_processes_note
 from .tables import Report, Section, format_bytes
 
@@ -410,6 +415,28 @@ def _inside_graph_block() -> bool:
         return False
 
 
+def _reset_keras_global_state() -> list[str]:
+    """Replace each thread-local tracker Keras' ``clear_session()`` replaces; returns their names.
+
+    Read from the module, never assumed: Keras 3.15 has ``GLOBAL_STATE_TRACKER`` and
+    ``GLOBAL_SETTINGS_TRACKER``; Keras 3.16 dropped the second and resets the distribution
+    through ``set_distribution(None)`` first, which we do too where it exists.
+    """
+    global_state: Any = sys.modules["keras.src.backend.common.global_state"]  # private: untyped
+    reset = []
+    # First, as Keras 3.16 does: through its own API the backend can undo what the distribution
+    # started (torch leaves its DTensor mode); a new tracker alone would not.
+    distribution_lib = sys.modules.get("keras.src.distribution.distribution_lib")
+    set_distribution = getattr(distribution_lib, "set_distribution", None)
+    if set_distribution is not None:
+        set_distribution(None)
+    for name, value in list(vars(global_state).items()):
+        if name.startswith("GLOBAL_") and name.endswith("_TRACKER") and isinstance(value, threading.local):
+            setattr(global_state, name, threading.local())
+            reset.append(name)
+    return reset
+
+
 def _clear_keras_session(step: CleanStep, settings: dict[str, Any], new_seed: int | None) -> None:
     keras = keras_probe.keras3()
     ops_before = tf_probe.default_graph_op_count()
@@ -419,10 +446,8 @@ def _clear_keras_session(step: CleanStep, settings: dict[str, Any], new_seed: in
         if nested and keras.backend.backend() == "tensorflow":
             # Do what clear_session() does minus reset_default_graph(): inside a graph block
             # that assertion would fire, and the graph is the user's to keep.
-            global_state: Any = sys.modules["keras.src.backend.common.global_state"]  # private: untyped
-            global_state.GLOBAL_STATE_TRACKER = type(global_state.GLOBAL_STATE_TRACKER)()
-            global_state.GLOBAL_SETTINGS_TRACKER = type(global_state.GLOBAL_SETTINGS_TRACKER)()
-            actions.append("Keras global state reset")
+            reset = _reset_keras_global_state()
+            actions.append(f"Keras global state reset ({', '.join(reset)})")
         else:
             # free_memory=False: we collect once, after the registry purge, not twice. On
             # torch this also resets dynamo's compiled-function cache.
@@ -540,7 +565,9 @@ def _still_held(shell, report: CleanReport, survivors: list[Any]) -> list[str]:
     registry = report.registry
     if registry is not None and registry.kept_alive:
         held.append(f"{registry.kept_alive} CustomGradient entries kept: their models are still alive")
-    if registry is not None and registry.skipped is not None and registry.skipped.reason != "not_imported":
+    # Only where the entries still pin graphs: from TF 2.22 on they hold no memory to warn about.
+    if (registry is not None and registry.skipped is not None and registry.skipped.reason != "not_imported"
+            and entries_pin_graphs()):
         held.append(f"gradient registry not purged: {registry.skipped.detail}")
     # Not this kernel's memory, but the machine's: a report that leaves it out hides hundreds of MiB.
     template = child_processes_note(guarded(process_probe.child_processes_memory, "reading the child processes"))

@@ -39,6 +39,7 @@ from .probes import keras as keras_probe
 from .probes import tensorflow as tf_probe
 from .probes.availability import guarded
 from .probes.sample import allocator_total, gpu_device_values, gpu_framework_imported, memory_sample
+from .registry_purge import entries_pin_graphs
 from .tables import Report, Section, format_bytes
 
 __all__ = ['FIX_TEXT', 'FRESH_CELL_TEXT', 'KEEP_CELLS', 'KEEP_RUNS', 'MIN_RUNS', 'NOISE_BYTES', 'ONE_RUN_BYTES',
@@ -470,7 +471,9 @@ def advice(per_run: dict[str, Any], evidence: dict[str, Any] | None) -> tuple[st
                 f"need from each (e.g. history.history); `%clear_tf {_code_names(held_by)}` frees the rest.",
                 held_by)
     fresh_cell = bool(evidence.get("fresh_model"))
-    if (per_run.get("custom_gradient_entries") or 0) > 0 or (per_run.get("tf_in_use_bytes") or 0) > NOISE_BYTES:
+    # Registry entries are memory only where they pin graphs (TF before 2.22): from 2.22 a count.
+    entries_grew = (per_run.get("custom_gradient_entries") or 0) > 0 and bool(entries_pin_graphs())
+    if entries_grew or (per_run.get("tf_in_use_bytes") or 0) > NOISE_BYTES:
         if not fresh_cell:
             return "fresh_model", FIX_TEXT["fresh_model"], held_by
     if held_by:

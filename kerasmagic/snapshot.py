@@ -18,6 +18,7 @@ from .probes import tensorflow as tf_probe
 from .probes import torch_cuda as torch_probe
 from .probes.availability import Unavailable, guarded, to_jsonable
 from .records import Record
+from .registry_purge import entries_pin_graphs
 from .tables import Report, Section, format_bytes, format_value
 
 __all__ = ['MemorySnapshot', 'child_processes_note', 'jax_advice', 'session_facts', 'tf_mem']
@@ -227,7 +228,9 @@ class MemorySnapshot(Record, Report):
         section.add(
             "CustomGradient entries",
             format_value(tf.get("custom_gradient_entries")),
-            "TF gradient registry (each can pin a graph)",
+            # From TF 2.22 the entries keep no graph: a count, not memory held.
+            "TF gradient registry (each can pin a graph)" if entries_pin_graphs()
+            else "TF gradient registry (these pin no graph on this TensorFlow)",
         )
         section.notes.extend(finding["text"] for finding in self.session_runs)
         return section

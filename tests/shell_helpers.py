@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["error_of", "run"]
+__all__ = ["REGISTRY_FIX_REASON", "error_of", "registry_pins_graphs", "run"]
 
 
 def run(shell: Any, cell: str) -> Any:
@@ -19,6 +19,20 @@ def run(shell: Any, cell: str) -> Any:
     if not result.success:
         raise AssertionError(f"cell failed: {result.error_before_exec or result.error_in_exec!r}\n{cell}")
     return result.result
+
+
+#: Why a registry-purge test runs on one side of TensorFlow 2.22 only (its twin runs on the other).
+REGISTRY_FIX_REASON = ("TensorFlow 2.22 carries the upstream custom_gradient fix (PR 109334): its registry "
+                       "entries pin no graph, the purge stands down, and the twin test checks that side")
+
+
+def registry_pins_graphs() -> bool:
+    """True on the TensorFlow under test when its CustomGradient entries pin graphs (before 2.22)."""
+    import tensorflow  # noqa: F401 - the tests asking this run with TensorFlow; the answer needs it imported
+
+    from kerasmagic.registry_purge import entries_pin_graphs
+
+    return bool(entries_pin_graphs())
 
 
 def error_of(result: Any) -> BaseException | None:

@@ -8,6 +8,7 @@ the recorded readings (tests/core/test_gpu_allocators.py).
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -15,7 +16,12 @@ import sys
 
 import pytest
 
-pytestmark = [pytest.mark.shell, pytest.mark.frameworks]
+pytestmark = [
+    pytest.mark.shell, pytest.mark.frameworks,
+    # Looked up, not imported: importing JAX here would change the backends this worker's other tests see.
+    pytest.mark.skipif(importlib.util.find_spec("jax") is None,
+                       reason="JAX is not installed (pip install jax): Keras' JAX backend cannot run here"),
+]
 
 SESSION = r'''
 import json, os, sys, tempfile, weakref

@@ -10,7 +10,7 @@ import pytest
 import kerasmagic
 from kerasmagic import leak_watch
 
-from shell_helpers import run
+from shell_helpers import registry_pins_graphs, run
 
 pytestmark = pytest.mark.shell
 
@@ -202,21 +202,31 @@ def test_a_keras_cell_leaks_and_under_fresh_model_it_does_not(shell):
         "    return m\n"))
     fit = "model = make()\nmodel.fit(x, y, epochs=1, batch_size=256, verbose=0);"
     _run(shell, fit, times=4, cell_id="fit")
-    cell = next(c for c in kerasmagic.cell_growth().flagged if c["key"] == "fit")
-    # Each run's traced train step adds CustomGradient entries that pin its graph and weights.
+    pinning = registry_pins_graphs()
+    cell = next(c for c in kerasmagic.cell_growth().cells if c["key"] == "fit")
+    # Each run's traced train step adds CustomGradient entries, on every TensorFlow ...
     assert cell["per_run"]["custom_gradient_entries"] >= 1, cell
-    assert cell["growth_per_run_bytes"] > 2 * MIB and cell["fix"] == "fresh_model", cell
+    if pinning:
+        # ... which before 2.22 pin its graph and weights: a leak that %%fresh_model's purge stops.
+        assert cell["flagged"] and cell["growth_per_run_bytes"] > 2 * MIB and cell["fix"] == "fresh_model", cell
+    else:
+        # ... and from 2.22 pin nothing: a count that is no reason to advise %%fresh_model.
+        assert cell.get("fix") != "fresh_model" or (cell["per_run"]["tf_in_use_bytes"] or 0) > leak_watch.NOISE_BYTES
     _run(shell, "%%fresh_model -q model\n" + fit, times=4, cell_id="fresh")
     report = kerasmagic.cell_growth()
     fresh = next(c for c in report.cells if c["key"] == "fresh")
     assert fresh["runs"] == 4, fresh
-    assert fresh["last"]["custom_gradient_entries"] <= 0, fresh  # the clean purged the dead entries
+    if pinning:
+        assert fresh["last"]["custom_gradient_entries"] <= 0, fresh  # the clean purged the dead entries
     # What a %%fresh_model cell still leaves is TensorFlow's op stack-trace cache, 0.7-1.4 MiB
     # a cell on this model (issue 20's measurement), right at the watch's 1 MiB noise floor: on
     # 1 run in 3 or so every run crossed it and the cell was flagged. What must hold is that the
     # clean takes away what the bare cell leaks, run after run.
-    assert (fresh["growth_per_run_bytes"] or 0) < min(2 * MIB, cell["growth_per_run_bytes"] / 2), (fresh, cell)
-    assert [c["key"] for c in report.flagged if c["key"] != "fresh"] == ["fit"]
+    if pinning:
+        assert (fresh["growth_per_run_bytes"] or 0) < min(2 * MIB, cell["growth_per_run_bytes"] / 2), (fresh, cell)
+        assert [c["key"] for c in report.flagged if c["key"] != "fresh"] == ["fit"]
+    else:
+        assert (fresh["growth_per_run_bytes"] or 0) < 2 * MIB, fresh
 
 
 def test_tf_mem_cells_shows_the_leak_watch_as_text_and_returns_it(shell, capsys):

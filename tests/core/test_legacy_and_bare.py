@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -23,6 +24,9 @@ def run_script(code: str, **env: str) -> dict:
     return json.loads(completed.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.skipif(importlib.util.find_spec("tf_keras") is None,
+                    reason="tf-keras is not installed (pip install --no-deps tf-keras==<your TF minor>.*): "
+                           "TensorFlow 1 graph mode through Keras needs it")
 def test_legacy_graph_mode_grows_and_clear_tf_resets_it():
     data = run_script(
         """

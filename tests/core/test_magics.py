@@ -11,7 +11,7 @@ from IPython.core.error import UsageError
 
 from kerasmagic.probes.process import rss_bytes
 
-from shell_helpers import error_of, run
+from shell_helpers import error_of, registry_pins_graphs, run
 
 pytestmark = [pytest.mark.shell, pytest.mark.frameworks]
 
@@ -68,8 +68,14 @@ def test_alive_model_keeps_training_and_predicting_after_the_registry_purge(kera
     run(shell, "for _i in range(3):\n    _m = make_model(); _m.fit(x, y, epochs=1, verbose=0)\ndel _m, _i")
     run(shell, "before = keep.predict(x, verbose=0)")
     report = run(shell, "%clear_tf -q -o")
-    assert report.registry is not None and report.registry.purged >= 3, report.registry
-    assert report.registry.kept_alive >= 1
+    assert report.registry is not None
+    if registry_pins_graphs():
+        assert report.registry.purged >= 3, report.registry
+        assert report.registry.kept_alive >= 1
+    else:
+        # TF 2.22+: nothing to purge, said once in the step, and no "Still held" row about it.
+        assert report.registry.purged == 0 and "109334" in report.registry.skipped.detail, report.registry
+        assert not [line for line in report.still_held if "registry" in line], report.still_held
     run(shell, "after = keep.predict(x, verbose=0)")
     run(shell, "np.testing.assert_array_equal(before, after)")
     losses = run(shell, "keep.fit(x, y, epochs=3, batch_size=64, verbose=0).history['loss']")
@@ -84,7 +90,19 @@ def test_registry_growth_stops_with_fresh_model(keras_shell):
             if "model" in shell.user_ns else
             "%%fresh_model -q\nmodel = make_model(); model.fit(x, y, epochs=1, verbose=0)")
         counts.append(run(shell, "%tf_mem -o").tensorflow["custom_gradient_entries"])
-    assert counts[-1] == counts[1], f"registry keeps growing: {counts}"
+    if registry_pins_graphs():
+        assert counts[-1] == counts[1], f"registry keeps growing: {counts}"
+        return
+    # TF 2.22+: the entries still add up (two per Adam fit), but none holds a graph, so none holds a
+    # model's weights: the count is not memory, and %tf_mem does not call it that.
+    from tensorflow.python.framework import ops
+
+    from kerasmagic.registry_purge import _captured_graph
+
+    entries = [entry for key, entry in ops.gradient_registry._registry.items() if key.startswith("CustomGradient-")]
+    assert len(entries) >= counts[0] and entries, counts
+    assert all(_captured_graph(entry.get("type")) is None for entry in entries)
+    assert "pin no graph" in str(run(shell, "%tf_mem -o"))
 
 
 def test_peak_of_a_cell_that_allocates_and_frees_500_mb(keras_shell):
@@ -127,12 +145,15 @@ def test_fresh_model_keeps_mixed_precision_and_seed(keras_shell):
 
 def test_clear_inside_a_graph_block(keras_shell):
     shell = keras_shell
-    run(shell, "import tensorflow as tf\ng = tf.Graph()")
+    run(shell, "import tensorflow as tf\ng = tf.Graph()\nkeras.layers.Dense(1); keras.layers.Dense(1)")
     run(shell, "with g.as_default():\n    c = tf.constant(1.0)\n"
                "    r = get_ipython().run_line_magic('clear_tf', '-q -o')")
     report = shell.user_ns["r"]
     keras_step = next(s for s in report.steps if s.name.startswith("clear Keras"))
     assert keras_step.skipped is None and "graph kept" in keras_step.detail
+    # Keras' own state was reset all the same (Keras 3.15 and 3.16 keep it in different trackers).
+    assert "GLOBAL_STATE_TRACKER" in keras_step.detail
+    assert run(shell, "keras.layers.Dense(1).name") == "dense"
     assert run(shell, "len(g.get_operations())") == 1
 
 

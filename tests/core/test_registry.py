@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import weakref
 
 import numpy as np
 import pytest
@@ -12,7 +13,11 @@ import pytest
 pytest.importorskip("tensorflow", reason="the gradient registry is TensorFlow's")
 import keras
 
+from shell_helpers import REGISTRY_FIX_REASON, registry_pins_graphs
+
 pytestmark = pytest.mark.frameworks
+#: Purging runs on TensorFlow 2.16-2.21; from 2.22 the last test here checks the stand-down instead.
+before_the_fix = pytest.mark.skipif(not registry_pins_graphs(), reason=REGISTRY_FIX_REASON)
 
 
 def trained_model():
@@ -28,6 +33,7 @@ def custom_gradient_keys():
     return {k for k in ops.gradient_registry._registry if k.startswith("CustomGradient-")}
 
 
+@before_the_fix
 def test_entries_of_live_models_are_restored_even_if_the_collection_is_interrupted():
     from kerasmagic.registry_purge import entries_tied_to_their_variables, purge_dead_custom_gradients
 
@@ -46,6 +52,7 @@ def test_entries_of_live_models_are_restored_even_if_the_collection_is_interrupt
     alive.fit(np.ones((16, 8)), np.ones(16), batch_size=4, verbose=0)  # retraces and still trains
 
 
+@before_the_fix
 def test_one_collection_frees_a_deleted_model_and_its_entries():
     from kerasmagic.registry_purge import entries_tied_to_their_variables, purge_dead_custom_gradients
 
@@ -55,7 +62,6 @@ def test_one_collection_frees_a_deleted_model_and_its_entries():
     model = trained_model()
     new_keys = custom_gradient_keys() - baseline
     assert new_keys
-    import weakref
 
     model_ref = weakref.ref(model)
     del model  # alive in reference cycles until a collection
@@ -77,3 +83,24 @@ def test_purge_stands_down_outside_the_tested_versions(monkeypatch):
     with registry_purge.entries_tied_to_their_variables() as tied:
         pass
     assert tied.skipped is not None
+
+
+@pytest.mark.skipif(registry_pins_graphs(), reason="before TensorFlow 2.22 the entries pin graphs and are purged "
+                    "(the two tests above)")
+def test_from_the_upstream_fix_the_purge_stands_down_and_a_deleted_model_is_freed_all_the_same():
+    from kerasmagic.registry_purge import _captured_graph, entries_tied_to_their_variables, purge_dead_custom_gradients
+
+    model = trained_model()
+    variable = weakref.ref(model.layers[0].kernel.value)
+    result = purge_dead_custom_gradients()
+    assert result.purged == 0 and result.skipped is not None and "carries the upstream fix" in result.skipped.detail
+    from tensorflow.python.framework import ops
+
+    registry = ops.gradient_registry._registry
+    assert custom_gradient_keys(), "precondition: fit() still registers custom gradients"
+    assert all(_captured_graph(registry[key].get("type")) is None for key in custom_gradient_keys())
+    with entries_tied_to_their_variables() as tied:
+        del model
+        gc.collect()
+    assert tied.skipped is not None and tied.purged == 0
+    assert variable() is None, "nothing but the model held its weights"
