@@ -20,8 +20,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ['cv_fold', 'format_cv_table', 'format_table', 'main', 'run_cv', 'run_in_subprocess', 'run_loop',
-           'slope_mb_per_model']
+__all__ = ['cv_fold', 'format_cv_table', 'format_table', 'main', 'registry_story', 'run_cv', 'run_in_subprocess',
+           'run_loop', 'slope_mb_per_model']
 
 STRATEGIES = {
     "nothing": "nothing between models",
@@ -201,7 +201,31 @@ def run_loop(strategy: str, models: int) -> dict[str, Any]:
             names.append(name)
         seconds.append(time.perf_counter() - started)
         rss.append(rss_bytes())
-    return {"strategy": strategy, "rss_bytes": rss, "seconds": seconds, "layer_names": names}
+    from .registry_purge import entries_pin_graphs
+
+    tf = sys.modules.get("tensorflow")
+    return {"strategy": strategy, "rss_bytes": rss, "seconds": seconds, "layer_names": names,
+            "tensorflow": getattr(tf, "__version__", None), "registry_pins_graphs": entries_pin_graphs()}
+
+
+def registry_story(results: list[dict[str, Any]]) -> str:
+    """What ``clear_session()`` does about the loop's growth on the TensorFlow that ran it.
+
+    Example:
+        >>> print(registry_story([{"tensorflow": "2.22.0", "registry_pins_graphs": False}]))
+        TensorFlow 2.22.0 carries the upstream fix (PR 109334): clear_session() alone keeps this loop flat. ...
+    """
+    ran = next((r for r in results if r.get("tensorflow")), None)
+    if ran is None:
+        return "TensorFlow did not run in this process (isolated models only)."
+    if ran["registry_pins_graphs"]:
+        return (f"TensorFlow {ran['tensorflow']}: clear_session() resets the layer names, but each traced training "
+                "step's gradient-registry entry keeps its graph, weights and optimizer slots alive (tensorflow "
+                "issue 97697, fixed in 2.22): fresh_model() purges the dead entries.")
+    return (f"TensorFlow {ran['tensorflow']} carries the upstream fix (PR 109334): clear_session() alone keeps this "
+            "loop flat. What kerasmagic still finds and frees there: models kept by the output cache, History.model "
+            "and the last exception, TensorFlow 1 graphs, allocator pools (only a new process returns them: "
+            "--isolate), and a kernel about to run out of memory (the guard).")
 
 
 def slope_mb_per_model(rss: list[int], start: int) -> float:
@@ -288,7 +312,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"Lesson 1 — {args.models} small CNNs in a loop (build + compile + fit):", flush=True)
     results = [run_in_subprocess(strategy, args.models) for strategy in args.strategies]
     print(format_table(results, slope_from))
-    print("RSS growth: least-squares slope of the process's RSS over the models, after warm-up.\n")
+    print("RSS growth: least-squares slope of the process's RSS over the models, after warm-up.")
+    print(registry_story(results) + "\n")
     if args.cv_strategies:
         print(f"Lesson 5 — {CV_FOLDS}-fold cross-validation of an MLP (3 epochs per fold):", flush=True)
         cv_results = [run_in_subprocess(strategy, args.models, lesson="cv") for strategy in args.cv_strategies]
