@@ -5,6 +5,8 @@ figures stand in for the GPU this machine lacks (tests/gpu/test_oom_gpu.py runs 
 from __future__ import annotations
 
 import re
+import sys
+import types
 from types import SimpleNamespace
 
 import pytest
@@ -213,3 +215,20 @@ def test_jax_sizes_are_read_in_every_form_xla_writes(said, size):
     found = oom.recognise(error)
     assert found is not None and found.asked_bytes == size
 
+
+
+def test_a_tensor_is_held_once_by_its_name_where_a_module_global_aliases_the_namespace(shell, capsys, monkeypatch):
+    # tests/gpu/session_oom.py keeps `ns = shell.user_ns` as a global of its __main__ (not the shell's
+    # namespace there): the H200's explanation listed `kept, __main__.ns['kept']`.
+    record = h200_session("oom_jax")["jax"]
+    assert "kept, __main__.ns['kept']" in record["text"]  # what the GPU run showed
+    script = types.ModuleType("__main__")
+    script.ns = shell.user_ns
+    monkeypatch.setitem(sys.modules, "__main__", script)
+    _use_recorded_jax_pool(monkeypatch, record)
+    shell.user_ns.update(kept=ArrayImpl(), **{record["error_class"]: _jax_error_class(record)})
+    shell.run_cell(f"raise {record['error_class']}({record['error_message']!r})", store_history=True)
+    explained = _plain(capsys.readouterr().out)
+    (row,) = [line for line in explained.splitlines() if "ArrayImpl[268435456] on gpu:0" in line]
+    assert re.fullmatch(r"\s*ArrayImpl\[268435456\] on gpu:0\s+1\.00 GiB\s+kept", row), row
+    assert "`%clear_tf kept` deletes" in explained
