@@ -30,10 +30,11 @@ from .probes.availability import Unavailable, guarded
 from .tables import Report, Section, format_bytes
 
 __all__ = ['LAST_EXCEPTION_HOLDERS', 'OUTPUT_CACHE_ALIASES', 'HeavyObject', 'Holder', 'HolderReport', 'HolderSearch',
-           'collect_heavy', 'describe', 'exception_holders', 'find_holders', 'graph_ops', 'is_heavy',
+           'caller_globals', 'collect_heavy', 'describe', 'exception_holders', 'find_holders', 'graph_ops', 'is_heavy',
            'is_output_cache_name', 'iter_namespace_references', 'iter_references', 'iter_roots',
            'last_exception_refs', 'live_models', 'namespace_roots', 'note_origin', 'origin_of', 'pins_heavy',
-           'quiet_scan', 'root_namespaces', 'running_shell', 'tensor_device', 'tensor_nbytes', 'user_variable_names']
+           'quiet_scan', 'root_namespaces', 'running_shell', 'session_search', 'tensor_device', 'tensor_nbytes',
+           'user_variable_names']
 
 #: Arrays and tensors smaller than this are not worth listing.
 LARGE_OBJECT_BYTES = 1 << 20
@@ -976,6 +977,39 @@ def _label_apart(objects: list[HeavyObject]) -> None:
         if owners:
             item.info["shared_bytes"] = shared
             item.info["label"] += f" (shares {format_bytes(shared)} of weights with {', '.join(map(repr, owners))})"
+
+
+def caller_globals(depth: int = 1) -> dict[str, Any]:
+    """Where a script's variables live: the globals of the module whose code called the public
+    function that asks (``measure()``, ``clear_tf()``, ``fresh_model()`` without IPython).
+
+    ``depth``: how far up from the public function's own frame the caller is; 1 where the public
+    function calls this itself (a ``with`` block's ``__enter__`` too: the user's code calls it).
+
+    Example:
+        >>> def public():
+        ...     return caller_globals()
+        >>> public() is globals()
+        True
+    """
+    return sys._getframe(depth + 1).f_globals
+
+
+def session_search(shell, namespace: dict[str, Any] | None) -> HolderSearch:
+    """The search of a session: in IPython the notebook's roots (``namespace`` is not needed there);
+    in a script the variables of ``namespace`` (the caller's globals) and the last exception. The one
+    search ``measure()`` and ``clear_tf()`` both read models' holders from, so that a script's module
+    global is a holder to both.
+
+    Example:
+        >>> import numpy as np
+        >>> data = np.ones(2**18)
+        >>> [h.where for h in session_search(None, {"data": data}).heavy[0].holders]
+        ['data']
+    """
+    if shell is not None:
+        return HolderSearch(shell)
+    return HolderSearch(namespace={} if namespace is None else namespace)
 
 
 def collect_heavy(shell, namespace: dict[str, Any] | None = None) -> list[HeavyObject]:
