@@ -23,7 +23,16 @@ from typing import Any
 
 from . import events
 from .errors import KerasMagicUsageError, check_seed
-from .holders import HolderSearch, describe, last_exception_refs, live_models, pins_heavy, running_shell
+from .holders import (
+    HolderSearch,
+    caller_globals,
+    describe,
+    last_exception_refs,
+    live_models,
+    pins_heavy,
+    running_shell,
+    session_search,
+)
 from .ipython_names import OUTPUT_CACHE_ALIASES, ipython_role, is_output_cache_name
 from .probes import keras as keras_probe
 from .probes import process as process_probe
@@ -534,20 +543,21 @@ def _malloc_trim(step: CleanStep) -> None:
 # --- what is still held ------------------------------------------------------------------------
 
 
-def _still_held(shell, report: CleanReport, survivors: list[Any]) -> list[str]:
-    """What is still alive after the clean, and why: the holder search (what ``--who`` lists), then
-    the models that survived with no holder in the notebook, then TF's pool and registry."""
+def _still_held(shell, namespace: dict[str, Any], report: CleanReport, survivors: list[Any]) -> list[str]:
+    """What is still alive after the clean, and why: the holder search (what ``--who`` lists; in a
+    script, from the module's globals), then the models that survived with no holder there, then TF's
+    pool and registry."""
     held = []
     reachable: set[int] = set()
-    if shell is not None:
-        for item in HolderSearch(shell).heavy:
-            reachable.add(id(item.obj))
-            places = ", ".join(h.where for h in item.holders)
-            held.append(f"{item.info['label']} ({format_bytes(item.info['bytes'])}) held by {places}")
+    for item in session_search(shell, namespace).heavy:
+        reachable.add(id(item.obj))
+        places = ", ".join(h.where for h in item.holders)
+        held.append(f"{item.info['label']} ({format_bytes(item.info['bytes'])}) held by {places}")
+    session = "the notebook" if shell is not None else "the script's variables"
     for model in survivors:
         if id(model) not in reachable:
             info = describe(model)
-            held.append(f"{info['label']} ({format_bytes(info['bytes'])}) alive, but nothing of the notebook holds "
+            held.append(f"{info['label']} ({format_bytes(info['bytes'])}) alive, but nothing of {session} holds "
                         "it: a closure, a graph or a framework's registry does")
     stats = tf_probe.allocator_stats()
     if not isinstance(stats, Unavailable):
@@ -604,16 +614,15 @@ def _models_to_track(shell, namespace: dict[str, Any], names: tuple[str, ...]) -
         if any(isinstance(namespace[name], cls) for cls in keras_probe.model_classes()):
             models.append(namespace[name])
     reachable: set[int] = set()
-    if shell is not None:
-        search = guarded(lambda: HolderSearch(shell), "finding models")
-        if isinstance(search, HolderSearch):
-            reachable = {id(item.obj) for item in search.heavy if item.info["kind"] == "model"}
-            models.extend(item.obj for item in search.heavy if item.info["kind"] == "model")
-        del search
-    elif names:
-        reachable = {id(namespace[name]) for name in names}
+    # In a script too: its module's globals hold models as a notebook's variables do.
+    search = guarded(lambda: session_search(shell, namespace), "finding models")
+    if isinstance(search, HolderSearch):
+        reachable = {id(item.obj) for item in search.heavy if item.info["kind"] == "model"}
+        models.extend(item.obj for item in search.heavy if item.info["kind"] == "model")
+    del search
+    reachable.update(id(namespace[name]) for name in names)
     unique = {id(model): model for model in models}
-    unreachable = sum(1 for key in unique if key not in reachable) if shell is not None else 0
+    unreachable = sum(1 for key in unique if key not in reachable)
     return [weakref.ref(model) for model in unique.values()], unreachable
 
 
@@ -712,7 +721,7 @@ def clear_tf(
     if shell is None:
         shell = running_shell()
     if namespace is None:
-        namespace = shell.user_ns if shell is not None else sys._getframe(1).f_globals
+        namespace = shell.user_ns if shell is not None else caller_globals()
     check_seed(seed)
     seed = None if seed is None else int(seed)  # Keras refuses numpy integers
     names = _validate_names(names, namespace, in_ipython=shell is not None)
@@ -732,7 +741,7 @@ def clear_tf(
     report.rss_after_bytes = process_probe.rss_bytes()
     report.tf_after_bytes = _tf_in_use_total()
     report.gpu_after_bytes = _gpu_process_total() if report.gpu_before_bytes is not None else None
-    held = guarded(functools.partial(_still_held, shell, report, survivors), "listing what is still held")
+    held = guarded(functools.partial(_still_held, shell, namespace, report, survivors), "listing what is still held")
     report.still_held = held if isinstance(held, list) else []
     del survivors
     report.seconds = time.perf_counter() - started

@@ -13,7 +13,7 @@ from typing import Any, Literal
 from . import events
 from .clean import CleanReport, clear_tf, trim_heap
 from .errors import KerasMagicUsageError
-from .holders import running_shell
+from .holders import caller_globals, running_shell
 from .measuring import CellMeasurement, measure
 from .probes import process as process_probe
 from .tables import Report, Section, format_bytes
@@ -250,7 +250,7 @@ class fresh_model:  # noqa: N801 - used like a function: `with fresh_model():`
             shell = running_shell()
             if shell is None:
                 # A script: names live in the caller's module globals.
-                self._clean_args["namespace"] = caller.f_globals
+                self._clean_args["namespace"] = caller_globals()
         where = self._clean_args["namespace"] if self._clean_args["namespace"] is not None else shell.user_ns
         names, not_yet = self._names, list[str]()
         if isinstance(where, dict):  # anything else is clear_tf's to refuse, in its words

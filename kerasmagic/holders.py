@@ -30,10 +30,11 @@ from .probes.availability import Unavailable, guarded
 from .tables import Report, Section, format_bytes
 
 __all__ = ['LAST_EXCEPTION_HOLDERS', 'OUTPUT_CACHE_ALIASES', 'HeavyObject', 'Holder', 'HolderReport', 'HolderSearch',
-           'collect_heavy', 'describe', 'exception_holders', 'find_holders', 'graph_ops', 'is_heavy',
+           'caller_globals', 'collect_heavy', 'describe', 'exception_holders', 'find_holders', 'graph_ops', 'is_heavy',
            'is_output_cache_name', 'iter_namespace_references', 'iter_references', 'iter_roots',
            'last_exception_refs', 'live_models', 'namespace_roots', 'note_origin', 'origin_of', 'pins_heavy',
-           'quiet_scan', 'running_shell', 'tensor_device', 'tensor_nbytes', 'user_variable_names']
+           'quiet_scan', 'root_namespaces', 'running_shell', 'session_search', 'tensor_device', 'tensor_nbytes',
+           'user_variable_names']
 
 #: Arrays and tensors smaller than this are not worth listing.
 LARGE_OBJECT_BYTES = 1 << 20
@@ -723,6 +724,27 @@ def iter_roots(shell=None, namespace: dict[str, Any] | None = None) -> Iterator[
         yield where, "exception", value
 
 
+def root_namespaces(shell=None, namespace: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """The dicts whose entries :func:`iter_roots` gives as roots: the notebook's namespace (and
+    ``__main__``'s globals where they are another module), or a script's ``namespace``.
+
+    The search recognises them by identity wherever they are reached again (``ns = shell.user_ns``
+    kept as a module global, ``g = globals()`` in a cell): what they hold is listed once, by its root
+    name, never again as ``__main__.ns['model']``.
+
+    Example:
+        >>> namespace = {"x": 1}
+        >>> root_namespaces(namespace=namespace)[0] is namespace
+        True
+    """
+    main_globals = getattr(sys.modules.get("__main__"), "__dict__", None)
+    found: list[Any] = []
+    if shell is not None:
+        found += [shell.user_ns, getattr(shell, "user_global_ns", None), main_globals]
+    found.append(namespace if namespace is not None or shell is not None else main_globals)
+    return [item for item in found if isinstance(item, dict)]
+
+
 class HolderSearch:
     """One walk from the notebook's roots to every model, array, tensor, DataFrame, Session and Graph.
 
@@ -749,6 +771,8 @@ class HolderSearch:
         # child id -> [(parent id or None for a root, path piece, root kind, root order)]
         self._parents: dict[int, list[tuple[int | None, Any, str, int]]] = {}
         self._heavy: dict[int, tuple[Any, int | None, int]] = {}
+        self._namespaces = {id(item) for item in root_namespaces(shell, namespace)} if roots is None \
+            else {id(namespace)} if namespace is not None else set()
         # The walk allocates a tuple per reference; in a session of 1.8 M objects the collections
         # those allocations trigger cost more than the walk. It makes no garbage: collect none.
         collecting = gc.isenabled()
@@ -791,11 +815,14 @@ class HolderSearch:
             heavy[key] = (value, size, category)
             return True
 
+        namespaces = self._namespaces
         for order, (where, kind, value) in enumerate(roots):
             self.root_values[where] = value
             try:
                 category = category_of(value)
                 key = id(value)
+                if key in namespaces:  # `me = globals()`: its entries are roots already
+                    continue
                 if category == _ATOM or (category in _HEAVY_CATEGORIES and not heavy_enough(key, value, category)):
                     continue
             except Exception:  # noqa: BLE001, S112 - an odd object must not break the report
@@ -834,6 +861,8 @@ class HolderSearch:
                     if category == _ATOM or category == _OPAQUE:
                         continue
                     key = id(child)
+                    if key in namespaces:  # the notebook's namespace reached again: its entries are roots
+                        continue
                     if category in _HEAVY_CATEGORIES and not heavy_enough(key, child, category):
                         continue
                 except Exception:  # noqa: BLE001, S112 - a child whose __class__ or size raises
@@ -948,6 +977,39 @@ def _label_apart(objects: list[HeavyObject]) -> None:
         if owners:
             item.info["shared_bytes"] = shared
             item.info["label"] += f" (shares {format_bytes(shared)} of weights with {', '.join(map(repr, owners))})"
+
+
+def caller_globals(depth: int = 1) -> dict[str, Any]:
+    """Where a script's variables live: the globals of the module whose code called the public
+    function that asks (``measure()``, ``clear_tf()``, ``fresh_model()`` without IPython).
+
+    ``depth``: how far up from the public function's own frame the caller is; 1 where the public
+    function calls this itself (a ``with`` block's ``__enter__`` too: the user's code calls it).
+
+    Example:
+        >>> def public():
+        ...     return caller_globals()
+        >>> public() is globals()
+        True
+    """
+    return sys._getframe(depth + 1).f_globals
+
+
+def session_search(shell, namespace: dict[str, Any] | None) -> HolderSearch:
+    """The search of a session: in IPython the notebook's roots (``namespace`` is not needed there);
+    in a script the variables of ``namespace`` (the caller's globals) and the last exception. The one
+    search ``measure()`` and ``clear_tf()`` both read models' holders from, so that a script's module
+    global is a holder to both.
+
+    Example:
+        >>> import numpy as np
+        >>> data = np.ones(2**18)
+        >>> [h.where for h in session_search(None, {"data": data}).heavy[0].holders]
+        ['data']
+    """
+    if shell is not None:
+        return HolderSearch(shell)
+    return HolderSearch(namespace={} if namespace is None else namespace)
 
 
 def collect_heavy(shell, namespace: dict[str, Any] | None = None) -> list[HeavyObject]:

@@ -8,7 +8,7 @@ import weakref
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from .holders import HolderSearch, graph_ops, namespace_roots, note_origin, quiet_scan, running_shell
+from .holders import caller_globals, graph_ops, note_origin, quiet_scan, running_shell, session_search
 from .probes import jax_devices as jax_probe
 from .probes import keras as keras_probe
 from .probes import nvml as nvml_probe
@@ -97,8 +97,7 @@ def _models_in_reach(shell, namespace: dict[str, Any] | None,
     classes = keras_probe.model_classes()
     if not classes and (graphs is None or tf_probe.module() is None):
         return {}
-    search = HolderSearch(shell) if shell is not None else HolderSearch(
-        roots=list(namespace_roots(namespace or {})))
+    search = session_search(shell, namespace)
     found: dict[int, tuple[Any, list[str]]] = {}
     tf_ops = sys.modules.get("tensorflow.python.framework.ops") if graphs is not None else None
     default = tf_ops.get_default_graph() if tf_ops is not None else None
@@ -345,7 +344,7 @@ class measure:  # noqa: N801 - lower case on purpose: used like a function, `wit
         result.counters_before = _counters()
         self._shell = running_shell()
         if self._shell is None and self._namespace is None:
-            self._namespace = sys._getframe(1).f_globals
+            self._namespace = caller_globals()
         result.counters_before["held_graph_ops"] = {}
         reachable = _guarded_models_in_reach(self._shell, self._namespace, result.counters_before["held_graph_ops"])
         self._models_before = {key: weakref.ref(model) for key, (model, _) in reachable.items()}

@@ -82,7 +82,30 @@ def _first_line(text: str) -> str:
     return line if len(line) <= 300 else line[:299] + "…"
 
 
-_UNIT = {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
+#: The units frameworks write sizes in: torch "Tried to allocate 279.60 GiB"; XLA (JAX) "allocate
+#: 1.00TiB" as tsl's HumanReadableNumBytes writes it (binary units, no space: "512B", "1.5KiB",
+#: "18.09GiB", up to "EiB"; never "KB" or "GB") and, in its older allocator adapter, "allocate 1024 bytes".
+_UNIT = {"bytes": 1, "B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40, "PiB": 2**50, "EiB": 2**60}
+_SIZE = r"([\d.]+) ?(" + "|".join(_UNIT) + r")\b"
+
+
+def _asked_bytes(lead: str, text: str) -> int | None:
+    """The size after ``lead`` in an error message, in bytes (``"allocate"``, ``"1.00TiB"`` → 2**40);
+    None where the message gives none. Rounded as the message is: XLA prints two decimals.
+
+    Example:
+        >>> _asked_bytes("allocate", "Out of memory while trying to allocate 1.00TiB with allocator GPU_0_bfc")
+        1099511627776
+        >>> _asked_bytes("allocate", "Out of memory while trying to allocate 1024 bytes.")
+        1024
+    """
+    found = re.search(re.escape(lead) + " " + _SIZE, text)
+    if found is None:
+        return None
+    try:
+        return int(float(found.group(1)) * _UNIT[found.group(2)])
+    except ValueError:  # "1.2.3": not a number after all
+        return None
 
 
 def _recognise_one(exc: BaseException) -> OutOfMemory | None:
@@ -105,15 +128,13 @@ def _recognise_one(exc: BaseException) -> OutOfMemory | None:
     old_torch = name == "RuntimeError" and ("CUDA out of memory" in text or "CUDA error: out of memory" in text)
     if torch_oom or old_torch:
         gpu = re.search(r"GPU (\d+) has ", text)
-        asked_match = re.search(r"Tried to allocate ([\d.]+) (B|KiB|MiB|GiB|TiB)", text)
-        asked = int(float(asked_match.group(1)) * _UNIT[asked_match.group(2)]) if asked_match else None
-        return OutOfMemory("torch", name, f"cuda:{gpu.group(1)}" if gpu else None, asked, _first_line(text))
+        return OutOfMemory("torch", name, f"cuda:{gpu.group(1)}" if gpu else None,
+                           _asked_bytes("Tried to allocate", text), _first_line(text))
     if root in ("jax", "jaxlib") and name in ("XlaRuntimeError", "JaxRuntimeError") and (
             text.lstrip().startswith("RESOURCE_EXHAUSTED")):
-        asked_match = re.search(r"allocate (\d+) bytes", text)
         device = re.search(r"\b(gpu|cuda|tpu):(\d+)", text, re.IGNORECASE)
         return OutOfMemory("JAX", name, f"{device.group(1).lower()}:{device.group(2)}" if device else None,
-                           int(asked_match.group(1)) if asked_match else None, _first_line(text))
+                           _asked_bytes("allocate", text), _first_line(text))
     return None
 
 

@@ -1,9 +1,10 @@
-"""`%tf_mem`'s allocator view for torch and JAX, against readings recorded on an H100.
+"""`%tf_mem`'s allocator view for torch and JAX, against readings recorded on an H100 and an H200.
 
 No GPU here, and torch cannot be installed (no CPU-only wheel): `torch`, `jax` and `pynvml` are
-stand-ins that answer with what the real ones answered on the GPU machine
+stand-ins that answer with what the real ones answered on the GPU machines
 (benchmarks/results/h100-2026-11-22/allocator_readings.json, taken by
-benchmarks/gpu_readings.py). The numbers, the held-unused arithmetic and the advice are ours.
+benchmarks/gpu_readings.py; the H200 GPU-suite run's records in benchmarks/results/h200-2026-11-28).
+The numbers, the held-unused arithmetic and the advice are ours.
 """
 
 from __future__ import annotations
@@ -14,9 +15,11 @@ from types import SimpleNamespace
 import pytest
 
 from kerasmagic import tf_mem
+from kerasmagic.probes import jax_devices
 from kerasmagic.snapshot import jax_advice
 from kerasmagic.tables import format_bytes
 
+from gpu_recorded import JAX_PREALLOCATED_NOTE, h200_session
 from gpu_stand_ins import StandInNVML, recorded_moment, use_jax, use_nvml, use_recorded, use_torch
 
 pytestmark = pytest.mark.unit
@@ -255,3 +258,22 @@ def test_jax_peak_counts_only_where_the_cell_raised_it(monkeypatch):
         pass
     (peak,) = below.gpu_peak.values()
     assert peak.reason == "not_supported" and "at most the process's earlier peak, 3.00 GiB" in peak.detail
+
+
+def test_the_h200s_default_preallocated_pool_gets_the_story_the_gpu_suite_expects(xla_env):
+    # gpu_session_jax.json: Keras on JAX, no XLA variable set, a 512 MiB array; JAX's pool is its whole
+    # limit, 74.7 % of the H200, as JAX documents its default (75 % of the GPU's memory at start).
+    record = h200_session("jax")["tf_mem"]
+    assert h200_session("jax")["preallocate_variable"] is None
+    stats, device = record["jax"], record["device"]
+    assert stats["pool_bytes"] == stats["bytes_limit"] and 0.74 < stats["bytes_limit"] / device["total_bytes"] < 0.76
+    use_nvml(xla_env, StandInNVML(process_bytes=lambda: record["nvml"], used_bytes=lambda: device["used_bytes"],
+                                  total_bytes=device["total_bytes"], name="NVIDIA H200"))
+    use_jax(xla_env, stats)
+    snap = tf_mem()
+    assert snap.jax["preallocation"] == "default: 75 % of each GPU at start"
+    assert jax_devices.pool_story(snap.jax["allocator"]["gpu:0"], snap.jax["preallocation"]) == "preallocated"
+    text = _one_line(str(snap))
+    # What tests/gpu/test_jax_gpu.py asserts on the GPU, on the text the code makes of the same reading.
+    assert JAX_PREALLOCATED_NOTE.search(text), text
+    assert "JAX holds 104 GiB of gpu:0" in text and "JAX gpu:0 pool / limit 105 GiB / 105 GiB" in text

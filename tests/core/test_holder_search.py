@@ -10,7 +10,10 @@ the object) and the arrays' own `nbytes`.
 from __future__ import annotations
 
 import gc
+import sys
+import types
 
+import numpy as np
 import pytest
 
 from kerasmagic.clean import clear_tf
@@ -130,3 +133,26 @@ def test_a_search_past_its_budget_says_it_stopped(shell):
     assert search.truncated and not search.heavy
     report = find_holders(shell, census=False)
     assert report.search["truncated"] is False and report.search["visited"] >= 4
+
+
+def test_a_module_global_aliasing_the_notebooks_namespace_adds_no_second_holder(shell, monkeypatch):
+    # The H200 run (tests/gpu/session_*.py start IPython from a script whose __main__ keeps
+    # `ns = shell.user_ns`): one model, one variable, listed as ['loaded', "__main__.ns['loaded']"].
+    script = types.ModuleType("__main__")
+    script.ns = shell.user_ns
+    script.settings = {"ns": shell.user_ns}  # reached again one step further down
+    monkeypatch.setitem(sys.modules, "__main__", script)
+    run(shell, "import numpy as np\nkept = np.ones(2**19)")
+    assert _places(find_holders(shell, census=False), 2**22) == [["kept"]]
+    # The module's own globals still count where they hold something of their own.
+    script.own = np.ones(2**19) * 2
+    places = sorted(_places(find_holders(shell, census=False), 2**22))
+    assert places == [["__main__.own"], ["kept"]], places
+
+
+def test_the_namespace_reached_from_the_notebook_itself_adds_no_second_holder(shell):
+    run(shell, "import numpy as np, types\nkept = np.ones(2**19)\nme = get_ipython().user_ns\n"
+               "box = types.SimpleNamespace(scope=globals(), data=kept)")
+    places = _places(find_holders(shell, census=False), 2**22)
+    assert places == [["kept", "box.data"]], places
+    assert shell.user_ns["me"] is shell.user_ns and shell.user_ns["box"].scope is shell.user_ns  # really aliases

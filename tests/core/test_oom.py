@@ -5,11 +5,15 @@ figures stand in for the GPU this machine lacks (tests/gpu/test_oom_gpu.py runs 
 from __future__ import annotations
 
 import re
+import sys
+import types
+from types import SimpleNamespace
 
 import pytest
 
 from kerasmagic import oom
 
+from gpu_recorded import h200_session
 from shell_helpers import run
 
 pytestmark = pytest.mark.shell
@@ -153,3 +157,78 @@ def test_the_hook_comes_and_goes_with_the_extension(shell):
         assert oom._post_run_cell not in shell.events.callbacks["post_run_cell"]
     finally:
         shell.run_line_magic("load_ext", "kerasmagic")
+
+
+# ---- what a real GPU said (benchmarks/results/h200-2026-11-28) ------------------------------------------------
+
+
+def _jax_error_class(record: dict) -> type:
+    """The class JAX raised on the H200, by its recorded name and module (``jax.errors.JaxRuntimeError``)."""
+    return type(record["error_class"], (RuntimeError,), {"__module__": record["error_module"]})
+
+
+class ArrayImpl:
+    """What the holder search reads of a JAX array on a GPU (tensor_nbytes, tensor_device): the H200's
+    ``kept = jnp.ones((2**28,), jnp.float32)``, 1 GiB on gpu:0."""
+
+    __module__ = "jaxlib._jax"
+    shape = (2**28,)
+    nbytes = 2**30
+
+    def devices(self):
+        return [SimpleNamespace(platform="gpu", id=0)]  # a set in JAX; its devices are hashable there
+
+
+def _use_recorded_jax_pool(monkeypatch, record: dict) -> None:
+    from gpu_stand_ins import use_jax
+
+    use_jax(monkeypatch, {"bytes_in_use": record["in_use"], "pool_bytes": record["pool"],
+                          "bytes_limit": record["limit"]})
+
+
+def test_jax_real_out_of_memory_message_gives_the_size_it_asked_for(shell, capsys, monkeypatch):
+    # JAX 0.11.2 on the H200 wrote "allocate 1.00TiB" (XLA's HumanReadableNumBytes), not "N bytes".
+    record = h200_session("oom_jax")["jax"]
+    assert "allocate 1.00TiB with allocator GPU_0_bfc" in record["error_message"]
+    found = oom.recognise(_jax_error_class(record)(record["error_message"]))
+    assert found is not None and found.asked_bytes == 2**40 and found.on_gpu
+    _use_recorded_jax_pool(monkeypatch, record)
+    shell.user_ns[record["error_class"]] = _jax_error_class(record)
+    result = shell.run_cell(f"raise {record['error_class']}({record['error_message']!r})", store_history=True)
+    explained = _plain(capsys.readouterr().out)
+    explained = explained[explained.find("kerasmagic: cell ["):]
+    # What tests/gpu/test_oom_gpu.py asks of the same message on the GPU.
+    assert f"(JAX {record['error_class']}); it asked for 1.00 TiB" in explained.splitlines()[0], explained
+    assert f"cell [{result.execution_count}] ran out of GPU memory" in explained.splitlines()[0]
+    assert re.search(r"JAX gpu:0\s+1\.00 GiB in use\s+of a 1\.00 GiB pool, limit 105 GiB", explained), explained
+
+
+@pytest.mark.parametrize(("said", "size"), [
+    ("512B", 512), ("1.5KiB", 1536), ("18.09GiB", int(18.09 * GIB)), ("63.97GiB", int(63.97 * GIB)),
+    ("1.00TiB", 2**40), ("85899345920 bytes.", 85899345920),
+])
+def test_jax_sizes_are_read_in_every_form_xla_writes(said, size):
+    # tsl's HumanReadableNumBytes: "<n>B" below 1 KiB, "%.1fKiB", then "%.2f" MiB..EiB, no space; the
+    # older allocator adapter: "N bytes." (sizes taken from JAX users' reports of real errors).
+    error = type("JaxRuntimeError", (RuntimeError,), {"__module__": "jax.errors"})(
+        f"RESOURCE_EXHAUSTED: Out of memory while trying to allocate {said} [executable_name='jit_train_step']")
+    found = oom.recognise(error)
+    assert found is not None and found.asked_bytes == size
+
+
+
+def test_a_tensor_is_held_once_by_its_name_where_a_module_global_aliases_the_namespace(shell, capsys, monkeypatch):
+    # tests/gpu/session_oom.py keeps `ns = shell.user_ns` as a global of its __main__ (not the shell's
+    # namespace there): the H200's explanation listed `kept, __main__.ns['kept']`.
+    record = h200_session("oom_jax")["jax"]
+    assert "kept, __main__.ns['kept']" in record["text"]  # what the GPU run showed
+    script = types.ModuleType("__main__")
+    script.ns = shell.user_ns
+    monkeypatch.setitem(sys.modules, "__main__", script)
+    _use_recorded_jax_pool(monkeypatch, record)
+    shell.user_ns.update(kept=ArrayImpl(), **{record["error_class"]: _jax_error_class(record)})
+    shell.run_cell(f"raise {record['error_class']}({record['error_message']!r})", store_history=True)
+    explained = _plain(capsys.readouterr().out)
+    (row,) = [line for line in explained.splitlines() if "ArrayImpl[268435456] on gpu:0" in line]
+    assert re.fullmatch(r"\s*ArrayImpl\[268435456\] on gpu:0\s+1\.00 GiB\s+kept", row), row
+    assert "`%clear_tf kept` deletes" in explained
