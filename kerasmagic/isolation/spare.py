@@ -102,10 +102,13 @@ def fixed_settings_in_function(function: Callable[..., Any]) -> list[str]:
     seen: set[int] = set()
     names = _code_names(code, seen)
     namespace = getattr(function, "__globals__", {})
-    for name in list(names):  # one level of the user's own helpers, e.g. fold() calling setup()
-        helper = getattr(namespace.get(name), "__code__", None)
-        if isinstance(helper, types.CodeType) and "site-packages" not in helper.co_filename:
-            names |= _code_names(helper, seen)
+    helpers = [namespace.get(name) for name in names]
+    helpers += [cell.cell_contents for cell in getattr(function, "__closure__", None) or ()
+                if cell.cell_contents is not None]
+    for helper in helpers:  # one level of the user's own helpers, e.g. fold() calling setup()
+        code = getattr(helper, "__code__", None)
+        if isinstance(code, types.CodeType) and "site-packages" not in code.co_filename:
+            names |= _code_names(code, seen)
     return list(dict.fromkeys(FIXED_AT_START[name] for name in sorted(names) if name in FIXED_AT_START))
 
 
