@@ -175,3 +175,31 @@ def test_round_robin_keeps_one_spare_per_gpu_that_has_room(monkeypatch):
     finally:
         pool._templates.clear()
         pool.shutdown()
+
+
+def test_the_memory_guard_ends_the_spares_when_it_warns(ipython, monkeypatch):
+    from kerasmagic import guard
+
+    readings = iter([900, 900])  # MiB of a 1000 MiB limit: past the warning level, confirmed
+    monkeypatch.setattr(guard, "memory_limit", lambda: SimpleNamespace(
+        rss_bytes=next(readings) * 2**20, limit_bytes=1000 * 2**20, used_pct=90.0, where="a test",
+        to_dict=lambda: {}))
+    pool = WorkerPool(size=1, warm_spare=True)
+    template = _Template()
+    pool._templates.append(template)
+    monkeypatch.setattr(pool_module, "_default_pool", pool)
+    monkeypatch.setattr(pool_module, "gpu_visible", lambda env=None: False)
+    try:
+        pool._ask_spare(template, _spec())
+        assert len(pool._spares) == 1
+        watcher = guard.MemoryGuard(ipython)
+        said: list[str] = []
+        monkeypatch.setattr(watcher, "_emit", lambda cell, text: said.append(text))
+        watcher._cell = guard._Cell(number=3, first_line="grow()", start_rss=0, parent=None)
+        watcher.tick()
+        watcher.tick()
+        assert len(said) == 1 and not pool._spares
+        assert template.ended.wait(5)
+    finally:
+        pool._templates.clear()
+        pool.shutdown()
