@@ -124,6 +124,8 @@ def child_processes_note(children: dict[str, Any] | Unavailable, spares: int = 0
         return ""
     jobs = children["isolation_count"] - 1 - spares  # a warm spare is a fork of the template too
     with_jobs = f" with {jobs} running job{'s' if jobs != 1 else ''}" if jobs > 0 else ""
+    if spares:
+        with_jobs += f" and {spares} warm spare{'s' if spares != 1 else ''}"
     return (f"kerasmagic's isolation template holds {format_bytes(children['isolation_rss_bytes'])} RSS{with_jobs} "
             "outside this kernel: it waits for the next isolated job until its idle timeout; "
             "kerasmagic.shutdown_default_pool() ends it now.")

