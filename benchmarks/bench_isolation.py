@@ -11,6 +11,7 @@ to in-process speed now that each job is a fork of a warm template.
 - lesson 5's fold (the demo's cv_fold: a fit and an evaluate): in-process vs isolated_map,
   alternating (target <= 1.2x);
 - 4 jobs at once: memory of template + 4 forked children (PSS) vs 4 fresh interpreters;
+- the warm spare: isolated with a spare (back to back, and after a pause) vs without vs in-process;
 - a 20-fold isolated_map cross-validation: the kernel's RSS growth (target <= 5 MB);
 - 100 back-to-back forked jobs: no hang, and no process, job folder or log file left;
 - a cold multiprocessing spawn per job (what users write by hand) and a large array sent
@@ -177,7 +178,8 @@ def _isolated(seed: int) -> dict[str, float]:
     result = run_isolated(timed_fit, args=(seed,), quiet=True)
     wall = time.perf_counter() - started
     assert result.origin == "forked", result.worker_note
-    return {**result.value, "wall_s": wall, "wait_s": result.wait_s, "ship_s": result.ship_in_s + result.ship_out_s}
+    return {**result.value, "wall_s": wall, "wait_s": result.wait_s, "ship_s": result.ship_in_s + result.ship_out_s,
+            "took": float(result.spare == "taken")}
 
 
 def _onednn_label() -> str:
@@ -253,6 +255,58 @@ def back_to_back(repeats: int, extras: bool = True) -> list[tuple[str, str, str]
     ]
     return rows
 
+
+def _isolated_with_spare(seed: int, wait_for_spare: bool) -> dict[str, float]:
+    from kerasmagic.isolation.pool import default_pool
+
+    if wait_for_spare:  # as between cells run by hand: the spare has had its time
+        deadline = time.monotonic() + 60
+        while not any(s["state"] == "ready" for s in default_pool().spare_states()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+    return _isolated(seed)
+
+
+def warm_spare(repeats: int) -> list[tuple[str, str, str]]:
+    """Small fits: in-process (warm) vs isolated without a spare (alternating), then with the warm
+    spare, back to back (its warm-up runs beside the job before) and after a pause (once it is
+    ready, as between cells a person runs by hand), each block followed by in-process fits."""
+    from kerasmagic.isolation import run_isolated
+    from kerasmagic.isolation.pool import configure_pool, default_pool
+
+    rule = default_pool().spares_on()
+    default_pool().prestart()
+    assert default_pool().wait_until_warm(timeout=300)
+    configure_pool(warm_spare=False)
+    run_isolated(timed_fit, args=(0,), quiet=True)
+    fit_small(0)  # this process's runtime up, as in a kernel that already trained once
+    runs: dict[str, list[dict[str, float]]] = {"in-process": [], "isolated, no spare": [],
+                                               "isolated, spare, back to back": [],
+                                               "isolated, spare, after a pause": []}
+    for i in range(1, repeats + 1):
+        runs["in-process"].append(_in_process(i))
+        runs["isolated, no spare"].append(_isolated(i))
+    configure_pool(warm_spare=True)
+    run_isolated(timed_fit, args=(0,), quiet=True)  # asks the first spare
+    for kind, pause in (("isolated, spare, back to back", False), ("isolated, spare, after a pause", True)):
+        for i in range(1, repeats + 1):
+            runs[kind].append(_isolated_with_spare(i, pause))
+        for i in range(1, repeats + 1):
+            runs["in-process"].append(_in_process(i))
+    configure_pool(warm_spare="auto")
+    default_pool().end_spares()
+    base = statistics.median(run["wall_s"] for run in runs["in-process"])
+    base_fit = statistics.median(run["fit_s"] for run in runs["in-process"])
+    rows = [("the default here", "on" if rule[0] else "off", rule[1])]
+    for kind, kind_runs in runs.items():
+        wall = statistics.median(run["wall_s"] for run in kind_runs)
+        fit = statistics.median(run["fit_s"] for run in kind_runs)
+        took = sum(run.get("took", 0.0) for run in kind_runs)
+        spare = f"; took the spare {took:.0f} of {len(kind_runs)}" if "spare," in kind else ""
+        rows.append((kind, f"{wall:.2f} s",
+                     f"{wall / base:.2f}x in-process; fit {fit:.2f} s ({fit / base_fit:.2f}x){spare}; "
+                     "runs " + ", ".join(f"{run['wall_s']:.2f}" for run in kind_runs)))
+    rows.append(("(all of it with)", "", _onednn_label()))
+    return rows
 
 def timed_cv_fold(fold: int) -> dict[str, float]:
     """The demo's ``cv_fold`` (lesson 5: a fit and an evaluate), timed as :func:`timed_fit` is."""
@@ -516,6 +570,7 @@ def main() -> None:
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} cores ({_cpu_model()}), keras {keras.__version__}")
     sections = [("Back-to-back jobs", lambda: back_to_back(args.repeats, extras=args.onednn != "off")
                  + (_off_run(args) if args.onednn == "both" else [])),
+                ("Warm spare (isolated with a spare vs in-process)", lambda: warm_spare(args.repeats)),
                 ("Light driver (a script that never imports Keras itself)",
                  lambda: _light_run(args, preload=False) + _light_run(args, preload=True)),
                 ("Lesson 5", lesson5_fold),

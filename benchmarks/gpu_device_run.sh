@@ -14,6 +14,7 @@
 #   gpu_session_torch.json    what each torch / JAX / isolation session saw (tests/gpu/session_*.py)
 #   gpu_session_jax.json
 #   gpu_session_isolation.json
+#   gpu_spare_table.json      the warm spare's table (tests/gpu/session_spare.py, torch and JAX), also printed
 #   allocator_readings.json   benchmarks/gpu_readings.py (the fixture tests/core/test_gpu_allocators.py reads)
 #   fork_probe.json           benchmarks/gpu_fork_probe.py, only with GPU_RUN_FORK_PROBE=1: its six
 #                             framework imports add about a minute to a run that must end within
@@ -60,11 +61,33 @@ print("[gpu-run]", json.dumps(facts))
 EOF
 
 echo "[gpu-run] pytest -m gpu"
-# 150 s a session: three of them, the install and the readings fit the 600 s of one command.
+# 150 s a session at most: five of them (isolation, torch, JAX, the spare's torch and JAX), the install
+# and the readings must fit the 600 s of one command; sessions usually end far sooner.
 KERASMAGIC_GPU_SESSION_TIMEOUT_S=${KERASMAGIC_GPU_SESSION_TIMEOUT_S:-150} \
 KERASMAGIC_GPU_RECORD_DIR="$OUT_DIR" "$PY" -m pytest -m gpu tests/gpu tests/core/test_nvml.py \
   -v -rs -p no:cacheprovider --junitxml="$OUT_DIR/junit.xml" 2>&1 | tee "$OUT_DIR/pytest.log"
 status=${PIPESTATUS[0]}
+
+echo "[gpu-run] the warm spare's table (issue 32): job time from its start to the end of its fit"
+# The two sessions' records become one file: the device tool brings back at most 8.
+"$PY" - "$OUT_DIR" <<'EOF'
+import json, os, statistics, sys
+out, table = sys.argv[1], {}
+for backend in ("torch", "jax"):
+    path = os.path.join(out, f"gpu_session_spare_{backend}.json")
+    if os.path.exists(path):
+        table[backend] = json.load(open(path))
+        os.unlink(path)
+json.dump(table, open(os.path.join(out, "gpu_spare_table.json"), "w"), indent=1)
+print("| backend | cold fork | warm spare | in-process, warm | spare / in-process |")
+print("|---|---|---|---|---|")
+for backend, seen in table.items():
+    row = seen.get("table", {})
+    cells = [", ".join(f"{v:.2f}" for v in row.get(k, [])) + " s" for k in ("cold_fork_s", "warm_spare_s", "in_process_s")]
+    ratio = (statistics.median(row["warm_spare_s"]) / statistics.median(row["in_process_s"])
+             if row.get("warm_spare_s") and row.get("in_process_s") else float("nan"))
+    print(f"| {backend} | {' | '.join(cells)} | {ratio:.2f}x |")
+EOF
 
 echo "[gpu-run] readings"
 "$PY" benchmarks/gpu_readings.py "$OUT_DIR/allocator_readings.json" >/dev/null \

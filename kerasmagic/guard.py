@@ -320,6 +320,7 @@ class MemoryGuard:
 
     def _warn(self, cell: _Cell, limit: MemoryLimit) -> None:
         settings = _settings
+        _end_warm_spares()
         text = (f"kerasmagic: memory at {format_bytes(limit.rss_bytes)} of a {format_bytes(limit.limit_bytes)} limit "
                 f"({limit.used_pct:.0f} %, {limit.where}); {self._growth_words(cell, limit)} so far. At "
                 f"{settings.stop_pct:g} % the guard stops the cell (%tf_mem --guard off to let it run).")
@@ -368,6 +369,17 @@ class MemoryGuard:
 
 
 _guard: MemoryGuard | None = None
+
+
+def _end_warm_spares() -> None:
+    """Memory runs short: the isolation pool's warm spares (a process each, waiting for a job that
+    may not come) go first. Only where isolation is loaded already: the guard imports nothing."""
+    pool = sys.modules.get("kerasmagic.isolation.pool")
+    if pool is not None:
+        try:
+            pool.end_default_spares()
+        except Exception:  # a warning must still reach the cell
+            logger.exception("kerasmagic: ending the isolation pool's warm spares failed")
 
 
 def active_guard() -> MemoryGuard | None:

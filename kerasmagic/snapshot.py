@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -112,7 +113,7 @@ def session_facts(shell=None) -> dict[str, Any]:
     return to_jsonable({"keras": keras_probe.snapshot(), "tensorflow_graph": graph, "models": models})
 
 
-def child_processes_note(children: dict[str, Any] | Unavailable) -> str:
+def child_processes_note(children: dict[str, Any] | Unavailable, spares: int = 0) -> str:
     """A sentence on kerasmagic's isolation template among this kernel's child processes, or "".
 
     Example:
@@ -122,11 +123,25 @@ def child_processes_note(children: dict[str, Any] | Unavailable) -> str:
     """
     if not isinstance(children, dict) or not children.get("isolation_count"):
         return ""
-    jobs = children["isolation_count"] - 1
+    jobs = children["isolation_count"] - 1 - spares  # a warm spare is a fork of the template too
     with_jobs = f" with {jobs} running job{'s' if jobs != 1 else ''}" if jobs > 0 else ""
+    if spares:
+        with_jobs += f" and {spares} warm spare{'s' if spares != 1 else ''}"
     return (f"kerasmagic's isolation template holds {format_bytes(children['isolation_rss_bytes'])} RSS{with_jobs} "
             "outside this kernel: it waits for the next isolated job until its idle timeout; "
             "kerasmagic.shutdown_default_pool() ends it now.")
+
+
+def _warm_spares() -> list[dict[str, Any]]:
+    """The isolation pool's warm spares, where isolation is loaded (never imported for this)."""
+    pool = sys.modules.get("kerasmagic.isolation.pool")
+    found = getattr(pool, "_default_pool", None) if pool is not None else None
+    if found is None:
+        return []
+    try:
+        return to_jsonable(found.spare_states())
+    except Exception:  # noqa: BLE001 - a snapshot never fails for a figure
+        return []
 
 
 @dataclass(eq=False, repr=False)
@@ -159,6 +174,9 @@ class MemorySnapshot(Record, Report):
     #: This kernel's child processes: their RSS, and kerasmagic's isolation template's share of it
     #: (:func:`kerasmagic.probes.process.child_processes_memory`).
     children: dict[str, Any] | Unavailable = field(default_factory=dict)
+    #: The isolation pool's warm spares (:meth:`kerasmagic.isolation.pool.WorkerPool.spare_states`):
+    #: child processes waiting for the next isolated job, each with its RSS and GPU memory.
+    spares: list[dict[str, Any]] = field(default_factory=list)
 
     def _title(self) -> str:
         return "kerasmagic: memory of this kernel"
@@ -171,9 +189,15 @@ class MemorySnapshot(Record, Report):
         if isinstance(self.children, dict) and self.children.get("count"):
             process.add("child processes", f"{self.children['count']}, {format_bytes(self.children['rss_bytes'])} RSS",
                         "OS (/proc), not in the RSS above; pages shared with this kernel counted again")
-            note = child_processes_note(self.children)
+            note = child_processes_note(self.children, len(self.spares))
             if note:
                 process.notes.append(note)
+        if self.spares:
+            # Loaded already: the spares came from it (import kerasmagic never loads isolation).
+            from .isolation.result import spare_words  # noqa: PLC0415
+        for spare in self.spares:
+            process.add("warm spare", format_bytes(spare.get("rss_bytes")),
+                        f"{spare_words(spare)}; configure_pool(warm_spare=False) ends it")
         sections = [process, self._tensorflow_section(), self._gpu_section(), self._keras_section()]
         if self.holders is not None:
             sections.extend(self.holders._sections())
@@ -425,4 +449,5 @@ def tf_mem(shell=None, who: bool = False) -> MemorySnapshot:
         guard={**current_settings().to_dict(), "running": active_guard() is not None},
         session_runs=session_runs.findings(),
         children=guarded(process_probe.child_processes_memory, "reading the child processes"),
+        spares=_warm_spares(),
     )

@@ -20,6 +20,7 @@ from .job import Job
 from .job_memory import check_memory_limit
 from .result import IsolatedResult
 from .shipping import ShippingError, describe, encode, make_job_directory
+from .spare import fixed_settings_in_function
 from .spec import check_preload, worker_spec
 
 __all__ = ['run_isolated']
@@ -208,6 +209,8 @@ def prepare_job(mode: str, result: IsolatedResult, *, hint: str, inputs: dict[st
     try:
         specs = {name: encode_named(name, value, directory, result, hint) for name, value in (inputs or {}).items()}
         encoded_call = None if call is None else _encode_call(*call, directory, result)
+        if call is not None:
+            fields.setdefault("fixed_settings", fixed_settings_in_function(call[0]))
         job = Job(mode, directory, inputs=specs, call=encoded_call, **fields)
     except BaseException:
         shutil.rmtree(directory, ignore_errors=True)

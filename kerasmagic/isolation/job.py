@@ -14,6 +14,7 @@ from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
 from ..records import NOT_WIRE
+from .spare import fixed_settings_in_code
 
 __all__ = ["SAMPLE_INTERVAL_S", "Job", "working_directory"]
 
@@ -62,8 +63,14 @@ class Job:
     memory_limit_bytes: int | None = field(default=None, metadata=NOT_WIRE)
     directory: str = field(kw_only=False)  # positional, second: Job(mode, directory, ...); on the wire after the rest
     owns_directory: bool = field(default=True, metadata=NOT_WIRE)
+    #: What the job sets that a warmed process can no longer change (``tf.config`` threads...): it
+    #: never takes the pool's warm spare. Found in a code job's text here; a function job's caller
+    #: fills it (:func:`~kerasmagic.isolation.spare.fixed_settings_in_function`).
+    fixed_settings: list[str] = field(default_factory=list, metadata=NOT_WIRE)
 
     def __post_init__(self) -> None:
+        if self.mode == "code" and not self.fixed_settings:
+            self.fixed_settings = fixed_settings_in_code(self.code)
         # None is accepted for the containers, as "nothing".
         self.inputs = self.inputs or {}
         self.outputs = self.outputs or []

@@ -26,6 +26,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from .. import events
+from ..probes.availability import to_jsonable
 from .job import Job
 from .job_memory import WATCH_INTERVAL_S
 from .messages import (
@@ -75,7 +76,7 @@ class ProcessSource(Protocol):
 
     size: int
 
-    def launch(self, spec: WorkerSpec, directory: str) -> Launch: ...
+    def launch(self, spec: WorkerSpec, directory: str, fixed: list[str] | tuple[str, ...] = ()) -> Launch: ...
 
     def release(self, worker: JobProcess) -> None: ...
 
@@ -84,6 +85,10 @@ class ProcessSource(Protocol):
     def learn(self, modules: list[str], spec: WorkerSpec) -> list[str]: ...
 
     def idle_cost(self) -> tuple[int, Any]: ...
+
+    def spare_states(self) -> list[dict[str, Any]]: ...
+
+    def end_spares(self) -> int: ...
 
 
 class _Stream:
@@ -144,6 +149,9 @@ class LocalBackend:
 
     def cancel(self, run: JobRun, why: str) -> None:
         process = run.attempt
+        if why == "interrupt":
+            # Ctrl-C: the user stops; a spare would hold memory (a GPU context) for a job that may not come.
+            self.pool.end_spares()
         if why == "interrupt" and process is not None:
             process.interrupt()
         elif why == "interrupt":  # a Ctrl-C before its process was asked for
@@ -167,6 +175,7 @@ class LocalBackend:
         result = run.result
         result.pool_size = self.pool.size
         result.pool_idle_workers, result.pool_idle_rss_bytes = self.pool.idle_cost()
+        result.pool_spares = to_jsonable(self.pool.spare_states())
         run.attempt = None  # it refers to the run: no cycle left for the garbage collector to find
 
     def close(self) -> None:
@@ -194,7 +203,7 @@ class _Process:
     def launch_process(self) -> None:
         run = self.run
         try:
-            self.launch = self.backend.pool.launch(run.spec, run.job.directory)
+            self.launch = self.backend.pool.launch(run.spec, run.job.directory, run.job.fixed_settings)
         except (OSError, RuntimeError) as exc:
             run.fail(cannot_start(run.result, exc))
 
@@ -204,6 +213,7 @@ class _Process:
         assert launch is not None
         result.worker_state = launch.state
         result.worker_note = launch.note
+        result.spare = launch.spare
         result.template_pid = launch.template_pid
         result.template_threads = launch.template_threads
         error = launch.future.exception()
@@ -231,6 +241,7 @@ class _Process:
         assert worker is not None
         worker.ready_info = message
         result.worker_import_s = message.import_s
+        result.spare_warm_up_s = message.warm_up_s
         result.child_rss_start_bytes = message.rss_bytes
         result.template_modules = list(message.modules)
         result.wait_s = time.perf_counter() - run.started

@@ -33,6 +33,7 @@ from .job_memory import check_memory_limit
 from .result import IsolatedResult, add_kernel_gpu_rows
 from .retries import RetryPolicy, attempt_record
 from .shipping import make_job_directory
+from .spare import fixed_settings_in_function
 from .spec import check_preload, worker_spec
 
 __all__ = ["IsolatedMapResult", "isolated_map"]
@@ -507,6 +508,7 @@ def _map_items(fn: Callable[[Any], Any], items: list[Any], book: Checkpoint | No
 
     try:
         function_result = IsolatedResult("isolated_map")
+        fixed = fixed_settings_in_function(fn)
         function_spec = encode_named(getattr(fn, "__name__", "function"), fn, shared, function_result,
                                      "define it at module level or in the notebook") if pending else None
         first = True
@@ -527,7 +529,8 @@ def _map_items(fn: Callable[[Any], Any], items: list[Any], book: Checkpoint | No
                     except BaseException:
                         shutil.rmtree(directory, ignore_errors=True)
                         raise
-                    job = Job("function", directory, call=call, seed=seed, memory_limit_bytes=limit_bytes)
+                    job = Job("function", directory, call=call, seed=seed, memory_limit_bytes=limit_bytes,
+                              fixed_settings=fixed)
                     prefix = f"[{index}] " if at_once > 1 else ""
                     runs.append(JobRun(job, worker_spec(gpu=gpus[index], env=env, preload=modules), result,
                                        timeout=timeout, forward_output=not quiet, prefix=prefix))

@@ -126,7 +126,8 @@ class Ready(Message):
     """A process is ready: a job's (job channel) or a template's, once it imported (control socket).
 
     ``modules``: the heavy modules it has imported (and those it was asked for); ``forked``: a
-    job's process forked from a template; ``threads``: a template's threads after its imports.
+    job's process forked from a template; ``threads``: a template's threads after its imports;
+    ``warm_up_s``: a warm spare's warm-up before it said ready (0.0: none).
     """
 
     kind: ClassVar[str] = "ready"
@@ -136,6 +137,7 @@ class Ready(Message):
     modules: list[str] = field(default_factory=list)
     forked: bool = False
     threads: list[str] = field(default_factory=list)
+    warm_up_s: float = 0.0
 
 
 @dataclass(kw_only=True)
@@ -267,12 +269,17 @@ CHANNEL_LOST_EXIT = 74
 
 @dataclass(kw_only=True)
 class Fork(Message):
-    """Kernel → template: fork a child for a job; its channel, stdout and stderr travel beside it."""
+    """Kernel → template: fork a child for a job; its channel, stdout and stderr travel beside it.
+
+    ``warm``: a spare, forked before its job is known, which warms its Keras backend up before it
+    says ready (:func:`kerasmagic.isolation.child.warmup.warm_up`); its ``directory`` is empty.
+    """
 
     kind: ClassVar[str] = "fork"
     job_id: int
     env: dict[str, str]
     directory: str
+    warm: bool = False
 
 
 @dataclass(kw_only=True)

@@ -10,6 +10,15 @@ writes to them). The template starts on first use (or :func:`prestart_pool`), is
 ``idle_timeout`` seconds without jobs, and goes at ``%unload_ext`` and at interpreter exit; no
 process of ours outlives the kernel (:mod:`kerasmagic.isolation.lifeline`).
 
+Where it pays (a GPU visible to the jobs, or a core free beside the running job:
+:func:`~kerasmagic.isolation.spare.default_rule`), the pool keeps one *warm spare* per device:
+a child forked ahead of the next job, which created its device context and ran a small fit
+while the previous job ran (:mod:`kerasmagic.isolation.child.warmup`). The next job of the same
+spec takes it; any other gets a cold fork and its report says why. A spare ends with its
+template (idle, retired, shut down), on Ctrl-C, and when the memory guard needs memory
+(:func:`end_default_spares`). Isolated JAX jobs share a persistent compilation cache in a folder
+the pool owns (:meth:`WorkerPool.jax_cache_folder`), removed with its other files.
+
 Every process is started by one long-lived pool thread: Linux's ``PR_SET_PDEATHSIG`` fires
 when the *thread* that forked the child ends, so a short-lived thread would kill them.
 
@@ -26,6 +35,8 @@ import logging
 import math
 import os
 import queue
+import shutil
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -33,14 +44,18 @@ from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..probes import nvml
 from ..probes.availability import Unavailable
+from .child.warmup import JAX_CACHE_ENV
 from .errors import IsolationUsageError
-from .leftovers import hold_owner_lock, read_tail, sweep_orphans
+from .leftovers import hold_owner_lock, owned_prefix, read_tail, sweep_orphans
 from .processes import ForkedWorker, JobProcess, spawn_fresh
+from .spare import default_rule, device_key, gpu_room, gpu_visible, no_spare_for, spare_mismatch, usable_cores
 from .spec import PRELOADABLE, WorkerSpec, check_preload, worker_spec
 from .template import ForkRefused, TemplateHandle
 
-__all__ = ["Launch", "WorkerPool", "configure_pool", "default_pool", "prestart_pool", "shutdown_default_pool"]
+__all__ = ["Launch", "WorkerPool", "configure_pool", "default_pool", "end_default_spares", "prestart_pool",
+           "shutdown_default_pool"]
 
 logger = logging.getLogger(__name__)
 
@@ -63,7 +78,9 @@ class Launch:
 
     ``state`` says how it came: ``"warm"`` (forked from a ready template), ``"starting"``
     (forked once the template finished importing), ``"cold"`` (the template was started for
-    this job) or ``"fresh"`` (a fresh interpreter; ``note`` says why).
+    this job) or ``"fresh"`` (a fresh interpreter; ``note`` says why). ``spare``: ``"taken"``
+    when it is the pool's warm spare, else why a job that could have had one got a cold fork
+    ("" where the pool keeps no spares).
     """
 
     future: Future = field(default_factory=Future)
@@ -72,11 +89,37 @@ class Launch:
     template_pid: int | None = None
     template_threads: list[str] = field(default_factory=list)
     template: TemplateHandle | None = None
+    spare: str = ""
 
     def log_tail(self) -> str:
         """The template's import log so far (what a slow or failing start printed)."""
         return read_tail(self.template.log_path) if self.template is not None and self.template.log_path else ""
 
+
+
+@dataclass
+class _Spare:
+    """A child forked ahead of its job, warming up: the next job for ``spec`` on ``template``
+    (and the same device) takes it instead of asking for a fork."""
+
+    template: TemplateHandle
+    spec: WorkerSpec
+    future: Future = field(default_factory=Future)  # gives the ForkedWorker, as TemplateHandle.fork does
+    asked: float = field(default_factory=time.monotonic)
+
+    def worker(self) -> ForkedWorker | None:
+        """Its process, once forked (None before, or when the fork failed)."""
+        if not self.future.done() or self.future.exception() is not None:
+            return None
+        return self.future.result()
+
+    def warmed(self) -> bool:
+        """Its warm-up is over: its ``ready`` waits on its channel (read by the job that takes it)."""
+        worker = self.worker()
+        try:
+            return worker is not None and worker.poll() is None and worker.conn.poll(0)
+        except (OSError, EOFError):
+            return False
 
 
 def _fail_launch(launch: Launch, error: BaseException) -> None:
@@ -113,11 +156,15 @@ class WorkerPool:
     """
 
     def __init__(self, size: int | None = None, idle_timeout: float = DEFAULT_IDLE_TIMEOUT_S,
-                 fork: bool = True, learn: bool = True) -> None:
+                 fork: bool = True, learn: bool = True, warm_spare: bool | None = None) -> None:
         self.size = size if size is not None else default_size()
         self.idle_timeout = idle_timeout
         self.fork = fork
         self.learning = learn
+        #: True / False: the user's choice; None: :func:`~kerasmagic.isolation.spare.default_rule`.
+        self.warm_spare = warm_spare
+        self._spares: dict[str | None, _Spare] = {}  # by the device the jobs see (CUDA_VISIBLE_DEVICES)
+        self._jax_cache: str | None = None
         self._learned: list[str] = []  # heavy modules jobs imported themselves, in PRELOADABLE order
         self._lock = threading.Lock()
         self._templates: list[TemplateHandle] = []
@@ -133,7 +180,7 @@ class WorkerPool:
         sweep_orphans()
 
     def configure(self, *, size: int | None = None, idle_timeout: float | None = None,
-                  fork: bool | None = None, learn: bool | None = None) -> None:
+                  fork: bool | None = None, learn: bool | None = None, warm_spare: bool | str | None = None) -> None:
         """Change the limit on jobs at once, the templates' idle timeout or forking (None: keep).
 
         Running jobs and templates carry on; what changed applies to the next launch and
@@ -157,6 +204,10 @@ class WorkerPool:
                 self.learning = learn
                 if not learn:
                     self._learned = []
+            if warm_spare is not None:
+                self.warm_spare = None if warm_spare == "auto" else bool(warm_spare)
+        if warm_spare is not None and not self.spares_on()[0]:
+            self.end_spares()
 
     # --- what jobs teach it ---------------------------------------------------------------
 
@@ -219,6 +270,7 @@ class WorkerPool:
             for template in idle:
                 template.state = "retired"  # no launch picks it from here on
         for template in idle:
+            self.end_spares(template)  # the pool idles: its spares hold memory for nobody
             template.kill()  # killed first, then forgotten: pids() never lists a dead one as gone
             with self._lock:
                 if template in self._templates:
@@ -230,6 +282,7 @@ class WorkerPool:
             return True
 
     def _template_ended(self, template: TemplateHandle) -> None:
+        self.end_spares(template)
         with self._lock:
             self._retire_when_served.discard(template)
             for group in (self._templates, self._ending):
@@ -273,6 +326,7 @@ class WorkerPool:
                 template.waiting.add(waiter)
             self._templates.append(template)
         for old in stale:
+            self.end_spares(old)
             if old in served_first:
                 continue
             old.retire()
@@ -294,10 +348,11 @@ class WorkerPool:
         self._on_pool_thread(start)
         return template, "cold"
 
-    def launch(self, spec: WorkerSpec, directory: str) -> Launch:
+    def launch(self, spec: WorkerSpec, directory: str, fixed: list[str] | tuple[str, ...] = ()) -> Launch:
         """Start getting a process for one job (never blocks): see :class:`Launch`.
 
         The process imports what ``spec`` asks and what earlier jobs taught the pool (:meth:`learn`).
+        ``fixed``: settings the job changes that a warmed process cannot (it never takes a spare).
         """
         spec = self.with_learned(spec)
         launch = Launch()
@@ -342,12 +397,190 @@ class WorkerPool:
                                                else [])
                 if launch.future.cancelled():
                     return
-                template.fork(spec, directory).add_done_callback(_guarded(launch, forked))
+                worker, launch.spare = self._take_spare(template, spec, fixed)
+                if worker is not None:
+                    self._adopt(worker, launch)
+                else:
+                    template.fork(spec, directory, env=self._child_env(spec)).add_done_callback(
+                        _guarded(launch, forked))
+                if not fixed:  # a job that changes what a runtime fixes is no guide to the next ones
+                    self._ask_spare(template, spec)
             finally:
                 self._retire_if_served(template)  # after the fork request: the template forks, then retires
 
         template.ready.add_done_callback(_guarded(launch, ready))
         return launch
+
+    # --- the warm spare ---------------------------------------------------------------------
+
+    def spares_on(self) -> tuple[bool, str]:
+        """Whether this pool keeps warm spares, and why (the user's choice, or the default rule).
+
+        Example:
+            >>> pool = WorkerPool(size=1, warm_spare=False)
+            >>> pool.spares_on()
+            (False, 'configure_pool(warm_spare=False)')
+            >>> pool.shutdown()
+        """
+        if self.warm_spare is not None:
+            return self.warm_spare, f"configure_pool(warm_spare={self.warm_spare})"
+        return default_rule()
+
+    def _ask_spare(self, template: TemplateHandle, spec: WorkerSpec) -> None:
+        """Fork a spare for the next job like this one, where it pays and there is room for it."""
+        if not self.spares_on()[0] or no_spare_for(spec):
+            return
+        key = device_key(spec)
+        if gpu_visible(dict(spec.env)):
+            if gpu_room(key, nvml.devices()):
+                return  # its context would take memory the running job may need
+        elif self.warm_spare is None:  # by the default rule: only with a core free beside the jobs that run
+            with self._lock:
+                running = len(self._running)
+            if running + 1 >= usable_cores():
+                return  # its warm-up would slow the jobs that run
+        with self._lock:
+            if (self._closed or key in self._spares or template.state != "ready"
+                    or template not in self._templates):
+                return
+            spare = self._spares[key] = _Spare(template, spec)
+
+        def forked(future: Future) -> None:
+            error = future.exception()
+            with self._lock:
+                mine = self._spares.get(key) is spare
+                if error is not None and mine:
+                    del self._spares[key]
+            if error is None:
+                template.spare_pids.add(future.result().pid)
+                if not mine:  # ended meanwhile: nobody else will end it
+                    self._end_spare(spare)
+            if error is None:
+                spare.future.set_result(future.result())
+            else:
+                spare.future.set_exception(error)
+
+        template.fork(spec, "", warm=True, env=self._child_env(spec)).add_done_callback(forked)
+
+    def _take_spare(self, template: TemplateHandle, spec: WorkerSpec,
+                    fixed: list[str] | tuple[str, ...]) -> tuple[JobProcess | None, str]:
+        """The spare for this job, if it may take one: and, when it gets none, why (for its report)."""
+        on, _ = self.spares_on()
+        if not on:
+            return None, ""
+        key = device_key(spec)
+        with self._lock:
+            spare = self._spares.get(key)
+        if fixed:
+            return None, (f"a cold fork: the job sets {', '.join(fixed)}, which a warmed process can no "
+                          "longer change")
+        refused = no_spare_for(spec)
+        if refused:
+            return None, f"a cold fork: {refused}"
+        if spare is None:
+            return None, "a cold fork: no spare was waiting (the first job, or the last one took it)"
+        why = "" if spare.template is template else "the spare was forked from an older template"
+        why = why or spare_mismatch(spare.spec, spec)
+        if why:
+            self.end_spares(spare.template, key)  # no job like this one comes: a spare for this one is asked
+            return None, f"a cold fork: {why}"
+        if not spare.warmed():
+            return None, "a cold fork: the spare was still warming up (it waits for the next job)"
+        with self._lock:
+            if self._spares.get(key) is not spare:
+                return None, "a cold fork: the spare was ended meanwhile"
+            del self._spares[key]
+        worker = spare.worker()
+        assert worker is not None
+        template.spare_pids.discard(worker.pid)
+        return worker, "taken"
+
+    def end_spares(self, template: TemplateHandle | None = None, key: Any = ...) -> int:
+        """End the warm spares (of ``template``, for device ``key``; all by default): how many.
+
+        Example:
+            >>> WorkerPool(size=1).end_spares()
+            0
+        """
+        with self._lock:
+            ended = [s for k, s in self._spares.items()
+                     if (template is None or s.template is template) and (key is ... or k == key)]
+            for spare in ended:
+                for k, s in list(self._spares.items()):
+                    if s is spare:
+                        del self._spares[k]
+        for spare in ended:
+            self._end_spare(spare)
+        return len(ended)
+
+    def _end_spare(self, spare: _Spare) -> None:
+        def end(future: Future) -> None:
+            if future.exception() is None:
+                worker = future.result()
+                spare.template.spare_pids.discard(worker.pid)
+                self._release_elsewhere(worker)
+
+        spare.future.add_done_callback(end)
+
+    def spare_states(self) -> list[dict[str, Any]]:
+        """Each warm spare: its pid, device, whether its warm-up is over, its RSS and its GPU memory
+        by NVML (what it costs while it waits; in the job report, ``%tf_mem`` and the sidebar).
+
+        Example:
+            >>> WorkerPool(size=1).spare_states()
+            []
+        """
+        with self._lock:
+            spares = list(self._spares.items())
+        states = []
+        for key, spare in spares:
+            worker = spare.worker()
+            if worker is None:
+                continue
+            gpu = _gpu_bytes_of(worker.pid) if gpu_visible(dict(spare.spec.env)) else None
+            states.append({"pid": worker.pid, "device": key, "state": "ready" if spare.warmed() else "warming",
+                           "backend": dict(spare.spec.env).get("KERAS_BACKEND"),
+                           "rss_bytes": worker.rss_bytes(), "gpu_bytes": gpu})
+        return states
+
+    # --- JAX's compilation cache, the pool's own ------------------------------------------
+
+    def jax_cache_folder(self) -> str:
+        """The folder of the jobs' JAX persistent compilation cache (made on first use): the pool's,
+        named after this kernel, so that it goes with the pool (shutdown) or with the kernel's other
+        files when it dies (:mod:`kerasmagic.isolation.leftovers`); never the user's own cache.
+
+        Example:
+            >>> pool = WorkerPool(size=1)
+            >>> os.path.basename(pool.jax_cache_folder()).endswith("-jaxcache")
+            True
+            >>> pool.shutdown()
+        """
+        with self._lock:
+            if self._jax_cache is None:
+                self._jax_cache = os.path.join(tempfile.gettempdir(), owned_prefix("isolated") + "jaxcache")
+                os.makedirs(self._jax_cache, mode=0o700, exist_ok=True)
+            return self._jax_cache
+
+    def jax_cache_bytes(self) -> int:
+        """What the JAX cache holds on disk now (0 before any JAX job)."""
+        folder = self._jax_cache
+        total = 0
+        if folder is not None:
+            for root, _, files in os.walk(folder):
+                for name in files:
+                    try:
+                        total += os.path.getsize(os.path.join(root, name))
+                    except OSError:
+                        pass
+        return total
+
+    def _child_env(self, spec: WorkerSpec) -> dict[str, str]:
+        """The pool's own variables for a job's process: its JAX cache, where the job runs on JAX
+        (Keras on JAX, or JAX without Keras: Keras imports JAX on any backend where it is installed)."""
+        backend = dict(spec.env).get("KERAS_BACKEND")
+        on_jax = backend == "jax" or ("jax" in spec.modules() and "keras" not in spec.modules())
+        return {JAX_CACHE_ENV: self.jax_cache_folder()} if on_jax else {}
 
     def _retire_if_served(self, template: TemplateHandle) -> None:
         """Retire a stale template once no job waits for it any more (see :meth:`_template_for`):
@@ -356,12 +589,13 @@ class WorkerPool:
             if template not in self._retire_when_served or template.waiting:
                 return
             self._retire_when_served.discard(template)
+        self.end_spares(template)
         template.retire()
 
     def _launch_fresh(self, spec: WorkerSpec, launch: Launch) -> None:
         def start() -> None:
             try:
-                worker = spawn_fresh(spec)
+                worker = spawn_fresh(spec, self._child_env(spec))
             except BaseException as exc:  # noqa: BLE001 - handed to the waiting job
                 _fail_launch(launch, exc)
                 return
@@ -459,7 +693,8 @@ class WorkerPool:
         """PIDs of every process the pool knows: templates and the jobs' processes."""
         with self._lock:
             templates = [t.pid for t in (*self._templates, *self._ending) if t.pid is not None]
-            return templates + [w.pid for w in self._running]
+            spares = [pid for t in (*self._templates, *self._ending) for pid in t.spare_pids]
+            return templates + [w.pid for w in self._running] + spares
 
     def template_states(self) -> list[dict[str, Any]]:
         """Each template that takes jobs: pid, state and what it imported (for reports).
@@ -486,10 +721,14 @@ class WorkerPool:
             self._templates, self._ending, self._running = [], [], set()
             self._retire_when_served = set()
             thread, self._thread = self._thread, None
+            jax_cache, self._jax_cache = self._jax_cache, None
+        self.end_spares()
         for worker in running:
             worker.kill()
         for template in templates:
             template.kill()
+        if jax_cache is not None:
+            shutil.rmtree(jax_cache, ignore_errors=True)
         if thread is not None and thread.is_alive():
             self._tasks.put(False)
             if thread is not threading.current_thread():
@@ -498,7 +737,18 @@ class WorkerPool:
 
 _default_pool: WorkerPool | None = None
 _default_lock = threading.Lock()
-_settings: dict[str, Any] = {"size": None, "idle_timeout": DEFAULT_IDLE_TIMEOUT_S, "fork": True, "learn": True}
+_settings: dict[str, Any] = {"size": None, "idle_timeout": DEFAULT_IDLE_TIMEOUT_S, "fork": True, "learn": True,
+                             "warm_spare": None}
+
+
+def _gpu_bytes_of(pid: int) -> int | None:
+    """GPU memory NVML counts for process ``pid``, over its devices (None: no NVML reading)."""
+    devices = nvml.devices(pid)
+    if not isinstance(devices, list):
+        return None
+    values = [d.get("process_used_bytes") for d in devices if isinstance(d, dict)]
+    numbers = [v for v in values if isinstance(v, int)]
+    return sum(numbers) if numbers else None
 
 
 def default_pool() -> WorkerPool:
@@ -511,7 +761,7 @@ def default_pool() -> WorkerPool:
 
 
 def configure_pool(size: int | None = None, idle_timeout: float | None = None, fork: bool | None = None,
-                   learn: bool | None = None) -> None:
+                   learn: bool | None = None, warm_spare: bool | str | None = None) -> None:
     """Set how many isolated jobs may run at once, the template's idle timeout, forking and learning.
 
     ``size`` defaults to the number of CPU cores. ``fork=False`` runs every job in a fresh
@@ -519,8 +769,16 @@ def configure_pool(size: int | None = None, idle_timeout: float | None = None, f
     misbehave in a forked child. ``learn=False`` stops templates from importing first what
     earlier jobs imported themselves (and forgets what they taught).
 
+    ``warm_spare``: keep one job process forked ahead of the next job (per GPU), which creates its
+    device context and runs a small Keras fit while the previous job runs, so that the next job
+    starts at in-process speed. ``"auto"`` (the default): where a GPU is visible to the jobs or at
+    least 3 cores are usable; ``True`` / ``False`` decide. A job that changes what a warmed
+    process cannot (``tf.config`` threads, visible devices, memory growth, ``XLA_PYTHON_CLIENT_*``,
+    another backend) gets a cold fork, and its report says why.
+
     Example:
         >>> configure_pool(size=2, idle_timeout=120)
+        >>> configure_pool(warm_spare="auto")
     """
     if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < 1):
         raise IsolationUsageError(f"size is how many isolated jobs may run at once: an integer >= 1, got {size!r}")
@@ -532,6 +790,8 @@ def configure_pool(size: int | None = None, idle_timeout: float | None = None, f
         raise IsolationUsageError(f"fork takes True or False, got {fork!r}")
     if learn is not None and not isinstance(learn, bool):
         raise IsolationUsageError(f"learn takes True or False, got {learn!r}")
+    if warm_spare is not None and not isinstance(warm_spare, bool) and warm_spare != "auto":
+        raise IsolationUsageError(f"warm_spare takes True, False or 'auto', got {warm_spare!r}")
     with _default_lock:
         if size is not None:
             _settings["size"] = size
@@ -541,10 +801,12 @@ def configure_pool(size: int | None = None, idle_timeout: float | None = None, f
             _settings["fork"] = fork
         if learn is not None:
             _settings["learn"] = learn
+        if warm_spare is not None:
+            _settings["warm_spare"] = None if warm_spare == "auto" else warm_spare
         if _default_pool is not None:
             _default_pool.configure(size=_settings["size"] if _settings["size"] is not None else default_size(),
                                     idle_timeout=_settings["idle_timeout"], fork=_settings["fork"],
-                                    learn=learn)
+                                    learn=learn, warm_spare=warm_spare)
 
 
 def prestart_pool(gpu: str | None = None, env: dict[str, str] | None = None, preload: Any = None) -> None:
@@ -560,6 +822,19 @@ def prestart_pool(gpu: str | None = None, env: dict[str, str] | None = None, pre
         >>> scores = isolated_map(fold, range(5)).values        # doctest: +SKIP
     """
     default_pool().prestart(worker_spec(gpu=gpu, env=env, preload=check_preload(preload)))
+
+
+def end_default_spares() -> int:
+    """End the default pool's warm spares now (the memory guard calls it when memory runs short);
+    how many ended. The next jobs fork cold until the pool asks for a spare again.
+
+    Example:
+        >>> end_default_spares()
+        0
+    """
+    with _default_lock:
+        pool = _default_pool
+    return pool.end_spares() if pool is not None else 0
 
 
 def shutdown_default_pool() -> None:

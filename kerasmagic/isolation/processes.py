@@ -223,8 +223,9 @@ class ForkedWorker(JobProcess):
         return code
 
 
-def spawn_fresh(spec: WorkerSpec) -> FreshWorker:
-    """Start a fresh interpreter for one job (``python -m kerasmagic.isolation.child.worker``)."""
+def spawn_fresh(spec: WorkerSpec, env: dict[str, str] | None = None) -> FreshWorker:
+    """Start a fresh interpreter for one job (``python -m kerasmagic.isolation.child.worker``);
+    ``env``: variables of the pool's own beside the spec's (its JAX cache folder)."""
     parent_sock, child_sock = socket.socketpair()
     watch_read, watch_write = lifeline_pipe()
     log_path = log_file("worker")
@@ -236,7 +237,7 @@ def spawn_fresh(spec: WorkerSpec) -> FreshWorker:
              "--learned", ",".join(spec.learned), "--warmup-log", log_path],
             pass_fds=(child_sock.fileno(), watch_read),
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            env=process_env(spec.env), cwd=start_directory(),
+            env={**process_env(spec.env), **(env or {})}, cwd=start_directory(),
             # Its own session: a Ctrl-C in a terminal reaches the kernel, which decides, and
             # the job's process group can be ended as one.
             start_new_session=True,

@@ -14,7 +14,8 @@ from ..records import NOT_WIRE, Record, wire
 from ..tables import Report, Section, format_bytes
 from .errors import describe_exit
 
-__all__ = ['KERNEL_OWNED', 'IsolatedHistory', 'IsolatedResult', 'ShippedName', 'add_kernel_gpu_rows', 'kernel_owned']
+__all__ = ['KERNEL_OWNED', 'IsolatedHistory', 'IsolatedResult', 'ShippedName', 'add_kernel_gpu_rows', 'kernel_owned',
+           'spare_words']
 
 #: The field metadata key of the fields only the kernel knows (:func:`kernel_owned`).
 KERNEL_OWNED = "kernel_owned"
@@ -116,6 +117,13 @@ class IsolatedResult(Record, Report):
     #: interpreter; ``worker_note`` says why).
     worker_state: str = "cold"
     worker_note: str = ""
+    #: ``"taken"``: the job ran in the pool's warm spare (``spare_warm_up_s``: its warm-up, done
+    #: before the job came); otherwise why it got a cold fork where the pool keeps spares ("": none).
+    spare: str = ""
+    spare_warm_up_s: float = 0.0
+    #: The pool's warm spares once the job ended (pid, device, state, ``rss_bytes``, ``gpu_bytes``):
+    #: what they cost while they wait for the next job.
+    pool_spares: list[dict[str, Any]] = field(default_factory=list)
     origin: str = ""  # "forked" or "fresh": the process the job ran in
     template_pid: int | None = None
     template_threads: list[str] = field(default_factory=list, metadata=NOT_WIRE)
@@ -265,6 +273,11 @@ class IsolatedResult(Record, Report):
             "cold": "the template was started for this job: it paid the import",
             "fresh": f"fresh interpreter, it paid the import ({self.worker_note})",
         }.get(self.worker_state, self.worker_state)
+        if self.spare == "taken":
+            worker_note = (f"the pool's warm spare: its device context and a small fit were done "
+                           f"({self.spare_warm_up_s:.2f} s) before the job came")
+        elif self.spare:
+            worker_note = f"{worker_note}; {self.spare}"
         time_section.add("waiting for a worker", f"{self.wait_s:.2f} s", worker_note)
         time_section.notes.extend(self._import_notes())
         latency = f"; first line {self.start_latency_s * 1000:.0f} ms after the fork was asked for" \
@@ -308,6 +321,8 @@ class IsolatedResult(Record, Report):
             kernel.add("pool cost", format_bytes(self.pool_idle_rss_bytes),
                        f"{self.pool_idle_workers} template(s) waiting to fork, RSS; "
                        f"up to {self.pool_size} jobs at once")
+            for spare in self.pool_spares:
+                kernel.add("warm spare", format_bytes(spare.get("rss_bytes")), spare_words(spare))
 
         shipped = Section("Shipped")
         for label, items in (("in", self.sent), ("out", self.returned)):
@@ -441,3 +456,17 @@ def add_kernel_gpu_rows(kernel: Section, before: dict[str, Any], after: dict[str
             why_after = _why_missing(after, view)
             why = f" ({why_after.detail or why_after.reason.replace('_', ' ')})" if why_after is not None else ""
             kernel.add(f"{label} before", format_bytes(was), f"no reading after{why}, {whose}")
+
+
+def spare_words(spare: dict[str, Any]) -> str:
+    """What a warm spare costs and does, in words (the job report and ``%tf_mem``).
+
+    Example:
+        >>> spare_words({"pid": 7, "device": "0", "state": "ready", "gpu_bytes": 536870912})[-67:]
+        'waits for the next job (GPU 0); 512 MiB of GPU memory (its context)'
+    """
+    where = f" (GPU {spare['device']})" if spare.get("device") is not None else ""
+    doing = "waits for the next job" if spare.get("state") == "ready" else "warming up for the next job"
+    gpu = spare.get("gpu_bytes")
+    held = f"; {format_bytes(gpu)} of GPU memory (its context)" if isinstance(gpu, int) and gpu else ""
+    return f"pid {spare.get('pid')}, RSS (mostly pages shared with the template), {doing}{where}{held}"

@@ -122,6 +122,8 @@ class TemplateHandle:
         self._watch_write: int | None = None
         self._close_lock = threading.Lock()
         self._reader: threading.Thread | None = None
+        #: Children forked as warm spares that no job has taken yet: they keep no template busy.
+        self.spare_pids: set[int] = set()
         self._killed = False
         self.waiting: set[int] = set()  # ids of launches waiting for this template's imports
 
@@ -248,8 +250,12 @@ class TemplateHandle:
         worker.kill()
         self.done_with(worker.pid)
 
-    def fork(self, spec: WorkerSpec, directory: str) -> Future:
-        """Ask for a child for one job; the future gives a :class:`ForkedWorker` or ForkRefused."""
+    def fork(self, spec: WorkerSpec, directory: str, warm: bool = False, env: dict[str, str] | None = None) -> Future:
+        """Ask for a child for one job; the future gives a :class:`ForkedWorker` or ForkRefused.
+
+        ``warm``: a spare for a job not known yet (no ``directory``), which warms its Keras backend
+        up before it says ready; ``env``: variables of the pool's own beside the spec's late ones.
+        """
         future: Future = Future()
         made: list[Any] = []
         try:
@@ -265,7 +271,7 @@ class TemplateHandle:
                                              "raise `ulimit -n`", retire=False))
             return future
         job_id = next(self._job_ids)
-        request = Fork(job_id=job_id, env=spec.late_env(), directory=directory)
+        request = Fork(job_id=job_id, env={**spec.late_env(), **(env or {})}, directory=directory, warm=warm)
         with self._lock:
             self._pending[job_id] = (future, parent_channel, out_read, err_read)
         self.last_used = time.monotonic()
@@ -303,8 +309,9 @@ class TemplateHandle:
                 pass  # the template is gone, and its zombies with it
 
     def busy(self) -> bool:
+        """A job's fork is on its way or a job's process runs (a spare waiting for its job is neither)."""
         with self._lock:
-            return bool(self._children or self._pending)
+            return bool((self._children - self.spare_pids) or self._pending)
 
     def retire(self) -> None:
         """Take no more jobs; the process exits once its running children have ended."""
@@ -504,10 +511,11 @@ class TemplateServer:
         self.children[pid] = request.directory
         _send(self.control, Forked(job_id=job_id, pid=pid))
 
-    def become_job(self, request: Fork, fds: list[int]) -> tuple[int, int, int, list[str]]:
+    def become_job(self, request: Fork, fds: list[int]) -> tuple[int, int, int, list[str], bool]:
         """In the child: a session of its own, the job's pipes and environment; what
         :func:`~kerasmagic.isolation.child.worker.serve_forked_job` then takes (the job's channel,
-        the kernel's watch pipe, the template's pid, the modules the template was asked for)."""
+        the kernel's watch pipe, the template's pid, the modules the template was asked for,
+        whether to warm up first: a spare)."""
         os.setsid()  # its own process group: the kernel ends everything the job started at once
         if self.subreaper:
             become_subreaper()  # what the job's own children orphan stays under the job while it runs
@@ -521,7 +529,7 @@ class TemplateServer:
         os.dup2(stderr_fd, 2)
         _close_fds([stdout_fd, stderr_fd])
         os.environ.update(request.env)
-        return channel_fd, self.watch_fd, os.getppid(), self.modules
+        return channel_fd, self.watch_fd, os.getppid(), self.modules, request.warm
 
     def reap(self) -> None:
         """Report each child that ended, but leave it a zombie until the kernel says "reap".
@@ -595,7 +603,8 @@ class TemplateServer:
                     kill(pid, signal.SIGKILL)
                 except OSError:
                     pass
-            shutil.rmtree(directory, ignore_errors=True)
+            if directory:  # a spare's is empty: it had no job yet
+                shutil.rmtree(directory, ignore_errors=True)
         if self.subreaper:
             self.end_orphans()
         if parent_gone(self.parent_pid, within=_PROOF_OF_DEATH_S):

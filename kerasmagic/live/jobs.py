@@ -270,6 +270,15 @@ class IsolatedJobs:
         _put_allocator_peaks(job, {name: _gpu_total(field) for name, _, _, reported in _ALLOCATOR_PEAKS
                                    if isinstance(field := payload.get(reported), dict)
                                    and field.get("status") != "unavailable"})
+        # Whether it ran in the pool's warm spare (or why not), and what the spares cost then.
+        if isinstance(payload.get("spare"), str) and payload["spare"]:
+            job["spare"] = payload["spare"]
+        spares = payload.get("pool_spares")
+        if isinstance(spares, list) and spares:
+            job["spares"] = [{"pid": spare.get("pid"), "device": spare.get("device"), "state": spare.get("state"),
+                              "rss_bytes": _number(spare.get("rss_bytes")),
+                              "gpu_bytes": _number(spare.get("gpu_bytes"))}
+                             for spare in spares if isinstance(spare, dict)]
         error = payload.get("error")
         if status != "ok" and isinstance(error, str) and error:
             # "ExcType: message": its first line says what happened; the report has the rest.

@@ -267,7 +267,21 @@ def _job(value: Any) -> bool:
         return False
     if "map_progress" in value and not _map_progress(value["map_progress"]):
         return False
+    if "spare" in value and not isinstance(value["spare"], str):
+        return False
+    if "spares" in value and not _spares(value["spares"]):
+        return False
     return "error" not in value or isinstance(value["error"], str)
+
+
+def _spares(value: Any) -> bool:
+    """Optional on a finished job (ignored by frontends before it): the isolation pool's warm spares
+    then, each ``{"pid", "device", "state", "rss_bytes", "gpu_bytes"}`` (a figure it lacks is null)."""
+    return isinstance(value, list) and all(
+        isinstance(spare, dict) and _is_number(spare.get("pid")) and spare.get("state") in ("warming", "ready")
+        and (spare.get("device") is None or isinstance(spare.get("device"), str))
+        and _number_or_null(spare.get("rss_bytes")) and _number_or_null(spare.get("gpu_bytes"))
+        for spare in value)
 
 
 def _map_progress(value: Any) -> bool:

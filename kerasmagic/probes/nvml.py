@@ -94,8 +94,9 @@ def _device_info(pynvml, index: int, pid: int) -> dict[str, Any]:
     }
 
 
-def devices() -> list[dict[str, Any] | Unavailable] | Unavailable:
-    """Per GPU: NVML's used/total bytes, utilisation, and this process's own use.
+def devices(pid: int | None = None) -> list[dict[str, Any] | Unavailable] | Unavailable:
+    """Per GPU: NVML's used/total bytes, utilisation, and this process's own use (or ``pid``'s:
+    the isolation pool's warm spare).
 
     Example:
         >>> found = devices()      # without a driver: Unavailable(reason='no_device', ...)
@@ -106,7 +107,7 @@ def devices() -> list[dict[str, Any] | Unavailable] | Unavailable:
     if isinstance(state, Unavailable):
         return state
     pynvml = _pynvml()
-    pid = os.getpid()
+    pid = os.getpid() if pid is None else pid
     count = pynvml.nvmlDeviceGetCount()
     if count == 0:
         return Unavailable("no_device", "NVML found no GPU")

@@ -103,10 +103,10 @@ def dying_pool():
         """A real pool whose job process is really SIGKILLed between being ready and taking the job
         (the window in which a machine's OOM killer or a stray `kill` can hit it)."""
 
-        def launch(self, spec, directory):
+        def launch(self, spec, directory, fixed=()):
             from kerasmagic.isolation.pool import Launch
 
-            inner = super().launch(spec, directory)
+            inner = super().launch(spec, directory, fixed)
             outer = Launch(state=inner.state)
 
             def kill_once_ready():

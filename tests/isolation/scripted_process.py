@@ -149,7 +149,7 @@ class ScriptedPool:
         self.abandoned: list[Launch] = []
         self.learned: list[str] = []
 
-    def launch(self, spec: Any, directory: str) -> Launch:
+    def launch(self, spec: Any, directory: str, fixed: Any = ()) -> Launch:
         launch = Launch(future=Future(), state=self.state, template_pid=1)
         script = self.scripts.pop(0)
         if isinstance(script, BaseException):
@@ -174,6 +174,12 @@ class ScriptedPool:
 
     def idle_cost(self) -> tuple[int, int]:
         return 0, 0
+
+    def spare_states(self) -> list[dict[str, Any]]:
+        return []
+
+    def end_spares(self) -> int:
+        return 0
 
 
 # --- steps -------------------------------------------------------------------------------------

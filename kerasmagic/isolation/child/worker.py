@@ -48,6 +48,7 @@ from ..messages import CHANNEL_LOST_EXIT, JOB_CHANNEL, Done, ImportFailed, Messa
 from ..shipping import ShippingError, decode, encode
 from ..spec import imported_since, modules_present, preload
 from . import child_display
+from .warmup import use_compilation_cache, warm_up
 
 CELL_FILENAME = "<isolated cell>"
 
@@ -372,12 +373,16 @@ def _serve(conn: Connection, ready: Ready) -> None:
     os._exit(0)
 
 
-def serve_forked_job(channel_fd: int, watch_fd: int, template_pid: int, asked: list[str] | None = None) -> None:
+def serve_forked_job(channel_fd: int, watch_fd: int, template_pid: int, asked: list[str] | None = None,
+                     warm: bool = False) -> None:
     """The body of a child forked from the template (called by it, right after the fork);
-    ``asked``: the modules the template was asked to import (its report lists those it has)."""
+    ``asked``: the modules the template was asked to import (its report lists those it has);
+    ``warm``: a spare, which warms its Keras backend up before it says ready."""
     _die_with_parent(template_pid, watch_fd)
+    use_compilation_cache()  # before anything compiles: the warm-up's code is cached too
+    warm_up_s = warm_up() if warm else 0.0
     _serve(Connection(channel_fd), Ready(pid=os.getpid(), rss_bytes=process.rss_bytes(), import_s=0.0, forked=True,
-                                         modules=modules_present(asked or [])))
+                                         modules=modules_present(asked or []), warm_up_s=warm_up_s))
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -400,6 +405,7 @@ def main(argv: list[str] | None = None) -> None:
     except BaseException as exc:  # noqa: BLE001 - the kernel shows the cause, not the log's chatter
         _send(conn, ImportFailed(error=f"{type(exc).__name__}: {safe_str(exc)}", traceback=_format_user_traceback(exc)))
         os._exit(1)
+    use_compilation_cache()
     _serve(conn, Ready(pid=os.getpid(), rss_bytes=process.rss_bytes(), import_s=import_s, forked=False,
                        modules=modules_present(modules + learned)))
 
