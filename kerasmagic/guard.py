@@ -41,7 +41,7 @@ from .probes.process import rss_bytes
 from .tables import format_bytes
 
 __all__ = ['CONFIRM_S', 'ENV_VAR', 'FAST_PCT', 'GROWTH_BYTES', 'THREAD_NAME', 'GuardSettings', 'MemoryGuard',
-           'active_guard', 'assess', 'memory_guard', 'start', 'stop']
+           'active_guard', 'assess', 'memory_guard', 'raise_hint', 'start', 'stop']
 
 logger = logging.getLogger(__name__)
 
@@ -161,6 +161,28 @@ def assess(rss: int, limit: int, settings: GuardSettings, cell_growth: int | Non
     return "fast" if pct >= min(FAST_PCT, settings.warn_pct) else "ok"
 
 
+def raise_hint(limit: MemoryLimit) -> str:
+    """How to give the kernel more room, for the limit's source: a limit set in this kernel or by
+    ``KERASMAGIC_MEMORY_LIMIT`` can be raised from a cell; a cgroup's (the container's) cannot.
+
+    Example:
+        >>> from kerasmagic.limits import MemoryLimit
+        >>> raise_hint(MemoryLimit(2**30, "environment", "KERASMAGIC_MEMORY_LIMIT=1GiB", 0, {}))
+        'raise the limit (%tf_mem --limit 2GiB overrides KERASMAGIC_MEMORY_LIMIT=1GiB)'
+        >>> raise_hint(MemoryLimit(2**30, "cgroup", "cgroup v1 /k", 0, {}))
+        "ask for more memory (the cgroup's limit, cgroup v1 /k, cannot be raised from the kernel)"
+    """
+    bigger = f"{max(1, math.ceil(limit.limit_bytes * 2 / 2**30))}GiB"
+    if limit.source == "user":
+        return (f"raise the limit (%tf_mem --limit {bigger}; --limit off drops yours and goes back to the "
+                "environment's, the cgroup's or the host's)")
+    if limit.source == "environment":
+        return f"raise the limit (%tf_mem --limit {bigger} overrides {limit.where})"
+    if limit.source == "cgroup":
+        return f"ask for more memory (the cgroup's limit, {limit.where}, cannot be raised from the kernel)"
+    return "close other programs (the limit is the host's memory)"
+
+
 @dataclass
 class _Cell:
     """The cell running now, as pre_run_cell saw it (read by the guard thread)."""
@@ -171,6 +193,29 @@ class _Cell:
     parent: dict[str, Any] | None
     warned: bool = False
     fired: bool = False
+    #: A stop was due while the cell was importing a module: it is delivered when the import ends.
+    deferred: bool = False
+
+
+#: importlib's own functions that run a module's code; where one is on the main thread's stack, an
+#: import is under way (``import x``, ``importlib.import_module``, ``__import__`` all pass here).
+_IMPORT_FUNCTIONS = frozenset({"_find_and_load", "_find_and_load_unlocked", "_load_unlocked", "_load",
+                               "exec_module", "_call_with_frames_removed", "_handle_fromlist", "_gcd_import"})
+
+
+def _is_import_frame(code: Any) -> bool:
+    """Whether ``code`` is importlib's machinery that runs a module (the frozen bootstrap, or
+    ``importlib._bootstrap`` where it is not frozen).
+
+    Example:
+        >>> import importlib._bootstrap as bootstrap
+        >>> _is_import_frame(bootstrap._find_and_load.__code__), _is_import_frame(_is_import_frame.__code__)
+        (True, False)
+    """
+    filename = code.co_filename
+    return code.co_name in _IMPORT_FUNCTIONS and ("importlib._bootstrap" in filename
+                                                   or filename.endswith(("importlib/_bootstrap.py",
+                                                                         "importlib/_bootstrap_external.py")))
 
 
 def _run_code_codes(shell) -> set[Any]:
@@ -205,6 +250,8 @@ class MemoryGuard:
         self._past_warn = self._past_stop = False
         self.readings = 0
         self.fired = 0
+        #: Stops that were due inside an import and waited for it to end.
+        self.deferred = 0
         #: The last reading's level and the limit it was measured against.
         self.level = "ok"
         self.last_limit: MemoryLimit | None = None
@@ -328,23 +375,45 @@ class MemoryGuard:
     def _main_thread_in_cell(self) -> bool:
         """Whether the main thread is inside the cell's code now (below IPython's run_code), not in
         IPython's own code before or after it: only there may the exception land."""
+        return self._main_thread_place() == "cell"
+
+    def _main_thread_place(self) -> str:
+        """Where the main thread is: ``"cell"`` (the cell's own code), ``"import"`` (inside an import
+        the cell started) or ``"outside"`` (IPython's code before or after the cell)."""
         frame = sys._current_frames().get(self._main_ident)
         top = frame
+        importing = False
         while frame is not None:
             if frame.f_code in self._run_code:
-                return frame is not top
+                if frame is top:
+                    return "outside"
+                return "import" if importing else "cell"
+            importing = importing or _is_import_frame(frame.f_code)
             frame = frame.f_back
-        return False
+        return "outside"
 
     def _interrupt(self, cell: _Cell, limit: MemoryLimit) -> None:
-        if self._cell is not cell or not self._main_thread_in_cell():
+        if self._cell is not cell:
             return  # the cell is ending: nothing to stop
+        place = self._main_thread_place()
+        if place == "import":
+            # An exception raised inside a module's code leaves that module half-initialised while
+            # the modules it imported stay registered: TensorFlow, pandas or JAX then fail on every
+            # later import until a restart (issue 33). The stop waits for the outermost import to end.
+            if not cell.deferred:
+                cell.deferred = True
+                self.deferred += 1
+                logger.debug("kerasmagic.guard: stop deferred to the end of an import")
+            return
+        if place != "cell":
+            return
         settings = _settings
         label = f"cell [{cell.number}]" if cell.number is not None else "the running cell"
         message = (f"{label} was stopped by kerasmagic's memory guard at {format_bytes(limit.rss_bytes)} of a "
                    f"{format_bytes(limit.limit_bytes)} limit ({limit.used_pct:.0f} % ≥ {settings.stop_pct:g} %; "
-                   f"{limit.where}); it grew {format_bytes(limit.rss_bytes - cell.start_rss, signed=True)}. The kernel "
-                   "and your variables are intact: free memory (del, %clear_tf), raise the limit (%tf_mem --limit), "
+                   f"{limit.where}); it grew {format_bytes(limit.rss_bytes - cell.start_rss, signed=True)}"
+                   f"{'; it was due inside an import and waited for the import to end' if cell.deferred else ''}. "
+                   f"The kernel and your variables are intact: free memory (del, %clear_tf), {raise_hint(limit)}, "
                    "or switch the guard off (%tf_mem --guard off).")
         KernelMemoryLimitError.arm(message, cell=cell.number, rss_bytes=limit.rss_bytes,
                                    limit_bytes=limit.limit_bytes)

@@ -211,7 +211,10 @@ def memory_limit(refresh: bool = False) -> MemoryLimit:
 
 def set_memory_limit(limit: Any) -> MemoryLimit:
     """Set the memory limit the guard measures against (``%tf_mem --limit``); ``None`` or
-    ``"off"`` goes back to the environment's, the cgroup's or the host's.
+    ``"off"`` drops the limit you set and goes back to the one the kernel had before it:
+    ``KERASMAGIC_MEMORY_LIMIT`` where that is set, else the cgroup's, else the host's memory. It
+    never removes a limit of the environment or the cgroup (a cgroup's cannot be lifted from
+    inside; to measure against more than ``KERASMAGIC_MEMORY_LIMIT``, set a larger limit).
 
     A limit must be a size above what the kernel uses now (its RSS): anything else is refused
     with a ``ValueError`` that says why. A limit above the cgroup's does not lift the cgroup's.
