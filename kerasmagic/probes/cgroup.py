@@ -12,8 +12,10 @@ container without a cgroup namespace sees ``/docker/<id>`` there, and the same p
 ``/proc/self/cgroup``).
 
 The OOM-kill counter is read in the process's own cgroup: v2 counts a kill in the cgroup
-and its ancestors (``memory.events``), v1 only in the killed task's own cgroup
-(``memory.oom_control``), so the own cgroup is the one place both count our death.
+and its ancestors (``memory.events``; ``memory.events.local``, read where it exists, only
+in the cgroup itself), v1 only in the killed task's own cgroup (``memory.oom_control``), so
+the own cgroup is the one place both count our death. The counter counts every process
+of the cgroup: it alone never says *which* process was killed (:mod:`kerasmagic.death_watch`).
 
 Every function takes the ``/proc/self`` folder to read, so tests build a fake tree.
 """
@@ -232,6 +234,11 @@ def _walk(mount: CgroupMount, folder: str, path: str, version: int, limit_name: 
     if not read_any and version == 2:
         return Unavailable("not_supported", "the cgroup v2 memory controller is not enabled for this cgroup")
     oom_file = os.path.join(folder, oom_name)
+    local = oom_file + ".local"
+    if version == 2 and os.path.exists(local):
+        # v2's memory.events counts kills in the cgroup's descendants too; .local (Linux 5.7+) only
+        # its own processes: nearer to "this kernel" (issue 33).
+        oom_file = local
     return CgroupMemory(
         version=version,
         cgroup=path,

@@ -214,17 +214,55 @@ def test_a_record_is_private_bounded_and_told_once(tmp_path):
     assert postmortem.previous_deaths(str(folder), "/me/other.ipynb") == []
 
 
-def test_oom_counter_rise_names_the_oom_killer_and_no_rise_says_exited(tmp_path):
+def test_a_counter_rise_alone_is_no_oom_verdict_only_the_watchers_facts_are(tmp_path):
+    # Issue 33, item 2: the cgroup's counter rises for any process's OOM kill; read after the death
+    # it said "killed by the out-of-memory killer" for a kernel killed by kill -9.
     folder = tmp_path / "records"
     counter = tmp_path / "memory.oom_control"
     counter.write_text("oom_kill 1\n")
     path = _dead_record(folder, "/me/b.ipynb", _oom=(str(counter), 0))
     record = postmortem.previous_deaths(str(folder), "/me/b.ipynb")[0]
-    assert "killed by the out-of-memory killer at 3.00 GiB of a 4.00 GiB limit" in postmortem.explain(record)
-    counter.write_text("oom_kill 0\n")
-    assert "exited unexpectedly" in postmortem.explain(record)
+    told = postmortem.explain(record)
+    assert "cause unknown: nothing watched it die" in told and "killed by the out-of-memory" not in told, told
+    assert "(;" not in told and "3.00 GiB of a 4.00 GiB limit" in told, told
+    facts = {"died_ts": 5.0, "signal": 9, "oom_kills_before": 1, "oom_kills_at_death": 2}
+    told = postmortem.explain({**record, "death": facts})
+    assert "killed by the out-of-memory killer: it died of SIGKILL, as its cgroup counted an OOM kill" in told, told
+    told = postmortem.explain({**record, "death": {**facts, "oom_kills_before": 2}})
+    assert "killed with SIGKILL, not by the out-of-memory killer" in told, told
+    told = postmortem.explain({**record, "death": {**facts, "signal": 11, "oom_kills_before": 2}})
+    assert "killed by SIGSEGV (a crash in native code)" in told, told
+    line = "Memory cgroup out of memory: Killed process 42 (python) total-vm:1kB, anon-rss:1077852kB, file-rss:1kB"
+    told = postmortem.explain({**record, "death": {**facts, "oom_kills_before": None, "kernel_log": line}})
+    assert "killed by the out-of-memory killer at 1.03 GiB of a 4.00 GiB limit (the kernel log: \"Memory cgroup " \
+           "out of memory: Killed process 42 (python)\")" in told, told
     postmortem.forget(path)
     assert postmortem.previous_deaths(str(folder), "/me/b.ipynb") == []
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc and pidfds")
+def test_the_watcher_writes_the_signal_and_the_counters_at_the_death(tmp_path):
+    from kerasmagic import death_watch
+
+    counter = tmp_path / "memory.oom_control"
+    counter.write_text("oom_kill 3\n")
+    record = tmp_path / "k-1.json"
+    record.write_text("{}")
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    watcher = subprocess.Popen([sys.executable, "-I", "-S", death_watch.__file__, str(child.pid), str(record),
+                                str(counter)])
+    try:
+        time.sleep(0.5)  # the watcher's first reading
+        child.kill()  # not reaped until the watcher has written: it reads the zombie's status
+        assert watcher.wait(30) == 0
+        facts = json.loads((tmp_path / "k-1.death").read_text())
+    finally:
+        child.kill()
+        child.wait()
+        watcher.kill()
+        watcher.wait()
+    assert facts["pid"] == child.pid and facts["signal"] == 9, facts
+    assert facts["oom_kills_before"] == facts["oom_kills_at_death"] == 3, facts
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="giving a file to another user needs root")

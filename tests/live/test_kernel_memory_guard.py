@@ -239,3 +239,39 @@ def test_a_stop_due_inside_an_import_waits_for_it_and_the_import_works_again(mem
         assert out.strip().splitlines()[-1] == "3.0", out
     finally:
         session.shutdown()
+
+
+def test_another_process_oom_killed_in_the_cgroup_is_not_the_kernels_death(memory_cgroup, tmp_path):
+    """Issue 33, item 2: the next kernel said "killed by the out-of-memory killer" because the
+    cgroup's counter had risen, for another process's kill. The kernel is killed with SIGKILL a
+    second after another process in its cgroup was OOM-killed: that is what it must say."""
+    import signal
+    import subprocess
+    import sys
+
+    notebook = f"/tests/not-oom-{uuid.uuid4().hex}.ipynb"
+    first = _session(tmp_path, notebook)
+    try:
+        _into(first, memory_cgroup)
+        first.execute("%load_ext kerasmagic")
+        first.execute("x = 1")
+        hog = subprocess.run(["/bin/sh", "-c", f"echo $$ > {memory_cgroup}/cgroup.procs && exec {sys.executable} -c "
+                              "'b = b\"x\" * (2 * 2**30)'"], timeout=120)
+        assert hog.returncode == -signal.SIGKILL and _oom_kills(memory_cgroup) == 1, hog
+        time.sleep(1)
+        os.kill(_kernel_pid(first), signal.SIGKILL)
+        process = first.manager.provisioner.process
+        deadline = time.monotonic() + 60
+        while process.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+    finally:
+        first.shutdown()
+
+    second = _session(tmp_path, notebook)
+    try:
+        said = second.execute("%load_ext kerasmagic")
+        assert "The previous kernel of this notebook died at" in said and "between cells" in said, said
+        assert "out-of-memory killer" in said and "killed by the out-of-memory killer" not in said, said
+        assert "killed with SIGKILL, not by the out-of-memory killer" in said or "not killed by the" in said, said
+    finally:
+        second.shutdown()
