@@ -34,10 +34,9 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from .cell_numbers import running_cell_number
-from .errors import KerasMagicUsageError, KernelMemoryLimitError
+from .errors import KerasMagicUsageError, KernelMemoryLimitError, KernelMemoryLimitInterrupt
 from .leak_watch import _first_line
 from .limits import MemoryLimit, memory_limit
-from .probes.process import rss_bytes
 from .tables import format_bytes
 
 __all__ = ['CONFIRM_S', 'ENV_VAR', 'FAST_PCT', 'GROWTH_BYTES', 'THREAD_NAME', 'GuardSettings', 'MemoryGuard',
@@ -52,11 +51,20 @@ ENV_VAR = "KERASMAGIC_MEMORY_GUARD"
 FAST_PCT = 75.0
 SLOW_INTERVAL_S = 1.0
 FAST_INTERVAL_S = 0.1
+#: While a cell runs, at least this often: two readings give its growth rate.
+CELL_INTERVAL_S = 0.25
+#: Where the rate says the stop level is less than this far away, read at a quarter of the time
+#: left (never more often than MIN_INTERVAL_S).
+RATE_HORIZON_S = 2.0
+MIN_INTERVAL_S = 0.01
 #: The confirming second reading comes this soon after a first one past the stop level: a
 #: cell growing 64 MiB a step must not take its next step before the guard acts.
 CONFIRM_S = 0.05
 #: A cell must have grown by this much to be warned about or stopped.
 GROWTH_BYTES = 16 * 2**20
+#: A stopped cell that goes on growing by this much caught the stop: it is stopped again at once
+#: (at 95 % of 1 GiB, three 16 MiB steps are left before the OOM killer).
+SWALLOWED_GROWTH_BYTES = 4 * 2**20
 
 
 @dataclass(frozen=True)
@@ -193,6 +201,9 @@ class _Cell:
     parent: dict[str, Any] | None
     warned: bool = False
     fired: bool = False
+    #: What counted against the limit when the last stop was raised; the stops raised so far.
+    fired_at: int | None = None
+    stops: int = 0
     #: A stop was due while the cell was importing a module: it is delivered when the import ends.
     deferred: bool = False
 
@@ -248,6 +259,7 @@ class MemoryGuard:
         self._main_ident: int = threading.main_thread().ident or 0
         self._run_code = _run_code_codes(shell)
         self._past_warn = self._past_stop = False
+        self._previous: tuple[float, int, _Cell | None] | None = None
         self.readings = 0
         self.fired = 0
         #: Stops that were due inside an import and waited for it to end.
@@ -289,7 +301,7 @@ class MemoryGuard:
             parent = kernel.get_parent("shell") if kernel is not None else None
             cell = _Cell(number=running_cell_number(self.shell),
                          first_line=_first_line(getattr(info, "raw_cell", None) or ""),
-                         start_rss=rss_bytes(), parent=parent if isinstance(parent, dict) else None)
+                         start_rss=memory_limit().used_bytes, parent=parent if isinstance(parent, dict) else None)
             self._cell = cell
             self._past_warn = self._past_stop = False
             if self.record is not None:
@@ -303,7 +315,7 @@ class MemoryGuard:
         cell, self._cell = self._cell, None
         if cell is not None and cell.fired:
             error = getattr(result, "error_in_exec", None)
-            if not isinstance(error, KernelMemoryLimitError):
+            if not isinstance(error, (KernelMemoryLimitError, KernelMemoryLimitInterrupt)):
                 # The cell ended before the exception was raised: withdraw it, it must not land
                 # in IPython's own code or the next cell.
                 ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(self._main_ident), None)
@@ -331,17 +343,39 @@ class MemoryGuard:
     def tick(self) -> float:
         """One reading: record it, act on it; returns the seconds until the next one."""
         limit = memory_limit()
-        rss = limit.rss_bytes
+        used = limit.used_bytes
         self.last_limit = limit
         self.readings += 1
         cell = self._cell
         settings = _settings
-        level = assess(rss, limit.limit_bytes, settings, None if cell is None else rss - cell.start_rss)
+        now = time.monotonic()
+        previous, self._previous = self._previous, (now, used, cell)
+        rate = None  # bytes per second this cell grows, from the last two readings in it
+        if previous is not None and cell is not None and previous[2] is cell and now > previous[0]:
+            rate = (used - previous[1]) / (now - previous[0])
+        level = assess(used, limit.limit_bytes, settings, None if cell is None else used - cell.start_rss)
         self.level = level
         if self.record is not None:
-            self.record.sample(time.time(), rss, limit.to_dict(), near=level != "ok")
+            self.record.sample(time.time(), used, limit.to_dict(), near=level != "ok")
+        return min(self._act(cell, limit, level), self._paced(cell, limit, used, rate))
+
+    def _paced(self, cell: _Cell | None, limit: MemoryLimit, used: int, rate: float | None) -> float:
+        """How soon the growth rate says to read again: a cell growing 2 GiB/s from 50 % of a 1 GiB
+        limit reaches it in 0.25 s, well inside the slow interval (issue 33, item 5)."""
+        if cell is None:
+            return SLOW_INTERVAL_S
+        if rate is None or rate <= 0:
+            return CELL_INTERVAL_S
+        seconds_left = (limit.limit_bytes * _settings.stop_pct / 100 - used) / rate
+        if seconds_left >= RATE_HORIZON_S:
+            return CELL_INTERVAL_S
+        return max(MIN_INTERVAL_S, seconds_left / 4)
+
+    def _act(self, cell: _Cell | None, limit: MemoryLimit, level: str) -> float:
         if level == "stop" and cell is not None:
-            if self._past_stop and not cell.fired:
+            if cell.fired and self._swallowed(cell, limit):
+                self._interrupt(cell, limit)  # confirmed already: no second reading to wait for
+            elif self._past_stop and not cell.fired:
                 if not cell.warned:
                     # Memory that grows faster than the readings can jump past the warning band
                     # (seen in CI under load): the warning, with what grew, still comes first.
@@ -360,14 +394,20 @@ class MemoryGuard:
         self._past_warn = False
         return FAST_INTERVAL_S if level == "fast" else SLOW_INTERVAL_S
 
+    @staticmethod
+    def _swallowed(cell: _Cell, limit: MemoryLimit) -> bool:
+        """The cell caught the stop and goes on growing: a stop that nothing stopped, given again
+        (issue 33, item 3: ``except Exception`` around an append, then the OOM killer)."""
+        return cell.fired_at is not None and limit.used_bytes >= cell.fired_at + SWALLOWED_GROWTH_BYTES
+
     # ---- acting --------------------------------------------------------------------------------------
     def _growth_words(self, cell: _Cell, limit: MemoryLimit) -> str:
         label = f"cell [{cell.number}]" if cell.number is not None else "the running cell"
-        return f"{label} grew {format_bytes(limit.rss_bytes - cell.start_rss, signed=True)}"
+        return f"{label} grew {format_bytes(limit.used_bytes - cell.start_rss, signed=True)}"
 
     def _warn(self, cell: _Cell, limit: MemoryLimit) -> None:
         settings = _settings
-        text = (f"kerasmagic: memory at {format_bytes(limit.rss_bytes)} of a {format_bytes(limit.limit_bytes)} limit "
+        text = (f"kerasmagic: memory at {format_bytes(limit.used_bytes)} of a {format_bytes(limit.limit_bytes)} limit "
                 f"({limit.used_pct:.0f} %, {limit.where}); {self._growth_words(cell, limit)} so far. At "
                 f"{settings.stop_pct:g} % the guard stops the cell (%tf_mem --guard off to let it run).")
         self._emit(cell, text)
@@ -409,18 +449,27 @@ class MemoryGuard:
             return
         settings = _settings
         label = f"cell [{cell.number}]" if cell.number is not None else "the running cell"
-        message = (f"{label} was stopped by kerasmagic's memory guard at {format_bytes(limit.rss_bytes)} of a "
+        again = cell.fired
+        grew = format_bytes(limit.used_bytes - cell.start_rss, signed=True)
+        message = (f"{label} was stopped by kerasmagic's memory guard at {format_bytes(limit.used_bytes)} of a "
                    f"{format_bytes(limit.limit_bytes)} limit ({limit.used_pct:.0f} % ≥ {settings.stop_pct:g} %; "
-                   f"{limit.where}); it grew {format_bytes(limit.rss_bytes - cell.start_rss, signed=True)}"
-                   f"{'; it was due inside an import and waited for the import to end' if cell.deferred else ''}. "
-                   f"The kernel and your variables are intact: free memory (del, %clear_tf), {raise_hint(limit)}, "
-                   "or switch the guard off (%tf_mem --guard off).")
-        KernelMemoryLimitError.arm(message, cell=cell.number, rss_bytes=limit.rss_bytes,
+                   f"{limit.where}); it grew {grew}"
+                   f"{'; it was due inside an import and waited for the import to end' if cell.deferred else ''}")
+        if again:
+            message += (f". Stopped again: the cell's code caught the first stop (KernelMemoryLimitError is a "
+                        f"MemoryError, which except Exception catches) and kept growing; this one "
+                        f"({KernelMemoryLimitInterrupt.__name__}, like KeyboardInterrupt) only except "
+                        "BaseException catches")
+        message += (f". The kernel and your variables are intact: free memory (del, %clear_tf), {raise_hint(limit)}, "
+                    "or switch the guard off (%tf_mem --guard off).")
+        KernelMemoryLimitError.arm(message, cell=cell.number, rss_bytes=limit.used_bytes,
                                    limit_bytes=limit.limit_bytes)
         cell.fired = True
+        cell.fired_at = limit.used_bytes
+        cell.stops += 1
         self.fired += 1
-        ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(self._main_ident),
-                                                   ctypes.py_object(KernelMemoryLimitError))
+        raised = KernelMemoryLimitInterrupt if again else KernelMemoryLimitError
+        ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(self._main_ident), ctypes.py_object(raised))
 
     def _emit(self, cell: _Cell, text: str) -> None:
         """One line in the running cell's output: sent with the cell's own request as its parent

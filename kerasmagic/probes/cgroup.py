@@ -28,7 +28,8 @@ from dataclasses import dataclass
 
 from .availability import Unavailable, to_jsonable
 
-__all__ = ['CgroupMemory', 'CgroupMount', 'memory_cgroup', 'parse_mountinfo', 'parse_proc_cgroup', 'read_oom_kills']
+__all__ = ['CgroupMemory', 'CgroupMount', 'memory_cgroup', 'parse_mountinfo', 'parse_proc_cgroup', 'read_oom_kills',
+           'read_shmem_bytes']
 
 # cgroup v1 reports "no limit" as a page-rounded LONG_MAX; anything above 2**60 is no limit.
 _NO_LIMIT_ABOVE = 2**60
@@ -66,6 +67,9 @@ class CgroupMemory:
     limit_file: str
     oom_kill_file: str
     oom_kills: int | Unavailable
+    #: ``memory.stat`` of the limiting cgroup: its ``shmem`` (tmpfs, ``/dev/shm``) counts against the
+    #: limit but is in no process's RSS until mapped.
+    stat_file: str = ""
 
     def to_dict(self) -> dict:
         """The JSON-able wire form."""
@@ -164,6 +168,29 @@ def read_oom_kills(path: str) -> int | Unavailable:
     return Unavailable("not_supported", f"{path} has no oom_kill count (Linux before 4.13?)")
 
 
+def read_shmem_bytes(path: str) -> int | None:
+    """The tmpfs / shared memory a cgroup is charged for (``memory.stat``: v1 ``total_shmem``, the
+    cgroup and its children; v2 ``shmem``, hierarchical already); None where it cannot be read.
+
+    Example:
+        >>> read_shmem_bytes("/nonexistent/memory.stat") is None
+        True
+    """
+    try:
+        text = _read_text(path)
+    except OSError:
+        return None
+    values = {}
+    for line in text.splitlines():
+        key, _, value = line.partition(" ")
+        if key in ("total_shmem", "shmem"):
+            try:
+                values[key] = int(value)
+            except ValueError:
+                continue
+    return values.get("total_shmem", values.get("shmem"))
+
+
 def _own_folder(mount: CgroupMount, path: str) -> str | None:
     """The folder of cgroup ``path`` under ``mount``; None if the mount does not show it."""
     root = mount.root.rstrip("/")
@@ -247,4 +274,5 @@ def _walk(mount: CgroupMount, folder: str, path: str, version: int, limit_name: 
         limit_file=lowest[2] if lowest else os.path.join(folder, limit_name),
         oom_kill_file=oom_file,
         oom_kills=read_oom_kills(oom_file),
+        stat_file=os.path.join(os.path.dirname(lowest[2]) if lowest else folder, "memory.stat"),
     )

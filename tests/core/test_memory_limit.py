@@ -351,7 +351,7 @@ def test_a_cell_that_jumps_past_the_warning_band_is_warned_before_it_is_stopped(
 
     readings = iter([800, 990, 990])  # MiB of a 1000 MiB limit: fast, stop, stop (confirmed)
     monkeypatch.setattr(guard, "memory_limit", lambda: SimpleNamespace(
-        rss_bytes=next(readings) * 2**20, limit_bytes=1000 * 2**20, used_pct=99.0, where="a test",
+        used_bytes=next(readings) * 2**20, limit_bytes=1000 * 2**20, used_pct=99.0, where="a test",
         to_dict=lambda: {}))
     watcher = guard.MemoryGuard(ipython)
     said: list[str] = []
@@ -362,3 +362,21 @@ def test_a_cell_that_jumps_past_the_warning_band_is_warned_before_it_is_stopped(
         watcher.tick()
     assert [kind for kind, _ in said] == ["warn", "stop"], said
     assert "cell [7] grew" in said[0][1] and "the guard stops the cell" in said[0][1]
+
+
+def test_fast_growth_far_below_the_warning_band_is_read_faster(ipython, monkeypatch):
+    # Issue 33, item 5: at 30 % → 60 % of the limit in a quarter second, the old guard read again in
+    # a second (below 75 %: "ok"), when the cell had long reached the limit and been OOM-killed.
+    from types import SimpleNamespace
+
+    readings = iter([300, 600])  # MiB of a 1000 MiB limit
+    clock = iter([100.0, 100.25])
+    monkeypatch.setattr(guard.time, "monotonic", lambda: next(clock))
+    monkeypatch.setattr(guard, "memory_limit", lambda: SimpleNamespace(
+        used_bytes=next(readings) * 2**20, limit_bytes=1000 * 2**20, used_pct=60.0, where="a test",
+        to_dict=lambda: {}))
+    watcher = guard.MemoryGuard(ipython)
+    watcher._cell = guard._Cell(number=7, first_line="grow()", start_rss=0, parent=None)
+    assert watcher.tick() <= guard.CELL_INTERVAL_S
+    # 1.2 GiB/s with 350 MiB to go: about 0.3 s left, read at a quarter of it.
+    assert watcher.tick() <= 0.1

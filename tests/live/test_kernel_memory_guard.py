@@ -275,3 +275,49 @@ def test_another_process_oom_killed_in_the_cgroup_is_not_the_kernels_death(memor
         assert "killed with SIGKILL, not by the out-of-memory killer" in said or "not killed by the" in said, said
     finally:
         second.shutdown()
+
+
+# Issue 33, items 3, 5 and 6, in one kernel (each phase ended in the OOM killer before the fix).
+FAST = "big = [np.ones(64 * 2**20 // 8) for _ in range(40)]"  # 2.5 GiB in about a second
+SWALLOWED = """chunks = []
+for step in range(160):
+    try:
+        chunks.append(bytearray(16 << 20))
+        time.sleep(0.05)
+    except Exception:
+        pass
+"""
+
+
+def test_fast_swallowed_and_tmpfs_growth_are_stopped_before_the_oom_killer(memory_cgroup, tmp_path):
+    session = _session(tmp_path, f"/tests/phases-{uuid.uuid4().hex}.ipynb")
+    shm = f"/dev/shm/kerasmagic-test-{uuid.uuid4().hex}"
+    try:
+        _into(session, memory_cgroup)
+        session.execute("%load_ext kerasmagic")
+        session.execute("import numpy as np, time\nkept = 'still here'")
+
+        def stopped(code: str) -> str:
+            with pytest.raises(AssertionError) as error:
+                session.execute(code, timeout=180)
+            _wait_idle_after_error(session)
+            assert _oom_kills(memory_cgroup) == 0, "the OOM killer acted"
+            return ANSI.sub("", str(error.value))
+
+        # Item 5: from below 75 % to the limit between two once-a-second readings.
+        assert "KernelMemoryLimitError" in stopped(FAST)
+        # Item 3: the cell catches the first stop and goes on growing: stopped again, uncatchable there.
+        error = stopped(SWALLOWED)
+        assert "KernelMemoryLimitInterrupt" in error and "Stopped again" in error, error
+        session.execute("del chunks")
+        # Item 6: 720 MiB in /dev/shm counts against the cgroup's limit but is in no RSS.
+        session.execute(f"with open({shm!r}, 'wb') as f:\n    for _ in range(45):\n"
+                        "        f.write(b'x' * (16 * 2**20))", timeout=120)
+        shown = session.shown("%tf_mem")
+        assert "tmpfs counted" in shown, shown
+        assert "KernelMemoryLimitError" in stopped(GROW)
+        assert session.execute("print(kept)").strip() == "still here"
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(shm)
+        session.shutdown()
