@@ -204,14 +204,32 @@ class _Cell:
     #: What counted against the limit when the last stop was raised; the stops raised so far.
     fired_at: int | None = None
     stops: int = 0
-    #: A stop was due while the cell was importing a module: it is delivered when the import ends.
-    deferred: bool = False
+    #: A stop was due while the cell was importing a module ("import") or in a with block's
+    #: ``__exit__`` ("cleanup"): it is delivered when that ends.
+    deferred: str = ""
 
 
 #: importlib's own functions that run a module's code; where one is on the main thread's stack, an
 #: import is under way (``import x``, ``importlib.import_module``, ``__import__`` all pass here).
 _IMPORT_FUNCTIONS = frozenset({"_find_and_load", "_find_and_load_unlocked", "_load_unlocked", "_load",
                                "exec_module", "_call_with_frames_removed", "_handle_fromlist", "_gcd_import"})
+
+
+#: Cleanup code a stop must not cut short: a with block's exit (a lock released, a file closed).
+_CLEANUP_FUNCTIONS = frozenset({"__exit__", "__aexit__"})
+_DEFERRED_WORDS = {"import": "; it was due inside an import and waited for the import to end",
+                   "cleanup": "; it was due inside a with block's __exit__ and waited for it to end"}
+
+
+def _landing_words(thread_ident: int) -> str:
+    """Where the main thread is as the stop is raised, in words: a stop there skips the rest of that
+    code, ``finally`` blocks included, which the guard cannot see from outside (issue 33)."""
+    frame = sys._current_frames().get(thread_ident)
+    if frame is None:
+        return ""
+    code = frame.f_code
+    return (f"; raised in {code.co_name} ({os.path.basename(code.co_filename)}, line {frame.f_lineno}): the rest of "
+            "that code did not run, a finally block there included")
 
 
 def _is_import_frame(code: Any) -> bool:
@@ -422,13 +440,14 @@ class MemoryGuard:
         the cell started) or ``"outside"`` (IPython's code before or after the cell)."""
         frame = sys._current_frames().get(self._main_ident)
         top = frame
-        importing = False
+        importing = cleaning = False
         while frame is not None:
             if frame.f_code in self._run_code:
                 if frame is top:
                     return "outside"
-                return "import" if importing else "cell"
+                return "import" if importing else "cleanup" if cleaning else "cell"
             importing = importing or _is_import_frame(frame.f_code)
+            cleaning = cleaning or frame.f_code.co_name in _CLEANUP_FUNCTIONS
             frame = frame.f_back
         return "outside"
 
@@ -436,14 +455,15 @@ class MemoryGuard:
         if self._cell is not cell:
             return  # the cell is ending: nothing to stop
         place = self._main_thread_place()
-        if place == "import":
+        if place in ("import", "cleanup"):
             # An exception raised inside a module's code leaves that module half-initialised while
             # the modules it imported stay registered: TensorFlow, pandas or JAX then fail on every
-            # later import until a restart (issue 33). The stop waits for the outermost import to end.
+            # later import until a restart (issue 33). One raised in a with block's __exit__ skips
+            # the rest of the cleanup (a lock stays held). The stop waits for either to end.
             if not cell.deferred:
-                cell.deferred = True
+                cell.deferred = place
                 self.deferred += 1
-                logger.debug("kerasmagic.guard: stop deferred to the end of an import")
+                logger.debug("kerasmagic.guard: stop deferred to the end of an %s", place)
             return
         if place != "cell":
             return
@@ -454,7 +474,7 @@ class MemoryGuard:
         message = (f"{label} was stopped by kerasmagic's memory guard at {format_bytes(limit.used_bytes)} of a "
                    f"{format_bytes(limit.limit_bytes)} limit ({limit.used_pct:.0f} % ≥ {settings.stop_pct:g} %; "
                    f"{limit.where}); it grew {grew}"
-                   f"{'; it was due inside an import and waited for the import to end' if cell.deferred else ''}")
+                   f"{_DEFERRED_WORDS.get(cell.deferred, '')}{_landing_words(self._main_ident)}")
         if again:
             message += (f". Stopped again: the cell's code caught the first stop (KernelMemoryLimitError is a "
                         f"MemoryError, which except Exception catches) and kept growing; this one "
@@ -485,7 +505,9 @@ class MemoryGuard:
         print(text, file=sys.stderr)
 
 
-_guard: MemoryGuard | None = None
+# Kept across importlib.reload of this module: a fresh None would forget the running one, whose
+# hooks stay registered, and the next load would register a second set (issue 33).
+_guard: MemoryGuard | None = globals().get("_guard")
 
 
 def active_guard() -> MemoryGuard | None:

@@ -169,6 +169,14 @@ def _environment_limit() -> int | None:
             parsed: int | KerasMagicUsageError = parse_size(raw)
         except KerasMagicUsageError as exc:
             parsed = exc
+        else:
+            # The rule of set_memory_limit: a limit the kernel is already past would stop every cell
+            # that grows, "at 195 %" (issue 33). Judged once, when the value is first seen.
+            rss = process_probe.rss_bytes()
+            if isinstance(parsed, int) and parsed <= rss:
+                parsed = KerasMagicUsageError(
+                    f"it is below what this kernel uses now ({format_bytes(rss)} RSS); give more, e.g. "
+                    f"{_suggest(rss)}, or set one in the kernel with %tf_mem --limit")
         _env_cache = (raw, parsed)
     value = _env_cache[1]
     if isinstance(value, KerasMagicUsageError):

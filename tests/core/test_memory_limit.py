@@ -142,13 +142,23 @@ def test_user_limit_environment_and_refusal_below_rss(monkeypatch):
         with pytest.raises(ValueError, match="below what this kernel uses now"):
             limits.set_memory_limit("1KiB")
         chosen = limits.set_memory_limit("16GiB")
-        assert chosen.source in ("user", "cgroup") and chosen.headroom_bytes == chosen.limit_bytes - chosen.rss_bytes
+        assert chosen.source in ("user", "cgroup") and chosen.headroom_bytes == chosen.limit_bytes - chosen.used_bytes
         if chosen.source == "user":
             assert chosen.limit_bytes == 16 * GIB
     finally:
         limits.set_memory_limit(None)
     monkeypatch.setenv(limits.ENV_VAR, "plenty")
     assert limits.memory_limit().source in ("cgroup", "host")  # a bad variable is ignored (said once)
+
+
+def test_an_environment_limit_below_the_kernels_use_is_refused_in_one_line(monkeypatch, capsys):
+    # Issue 33, item 10: accepted before, then every cell that grew was stopped "at 195 %".
+    monkeypatch.setenv(limits.ENV_VAR, "1031KiB")
+    assert limits.memory_limit().source in ("cgroup", "host")
+    assert limits.memory_limit().source in ("cgroup", "host")
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "KERASMAGIC_MEMORY_LIMIT='1031KiB' is ignored" in err[0], err
+    assert "below what this kernel uses now" in err[0] and "%tf_mem --limit" in err[0], err
 
 
 # ---- the guard's decisions ------------------------------------------------------------------------------

@@ -321,3 +321,35 @@ def test_fast_swallowed_and_tmpfs_growth_are_stopped_before_the_oom_killer(memor
         with contextlib.suppress(OSError):
             os.unlink(shm)
         session.shutdown()
+
+
+CLEANUP = """import threading, time
+lock = threading.Lock()
+class Grows:
+    def __enter__(self):
+        return self
+    def __exit__(self, *exc):
+        held = [bytearray(16 << 20) for _ in range(20)]  # the stop comes due here
+        time.sleep(1.0)
+        lock.release()
+lock.acquire()
+with Grows():
+    pass
+"""
+
+
+def test_a_stop_due_inside_a_with_blocks_exit_waits_for_its_cleanup(tmp_path):
+    """Issue 33, item 10: the stop landed inside ``__exit__`` and the lock stayed held."""
+    session = _session(tmp_path, f"/tests/cleanup-{uuid.uuid4().hex}.ipynb")
+    try:
+        session.execute("%load_ext kerasmagic")
+        session.execute("import kerasmagic\nfrom kerasmagic.probes.process import rss_bytes\n"
+                        "kerasmagic.set_memory_limit(rss_bytes() + 200 * 2**20)")
+        try:
+            session.execute(CLEANUP, timeout=120)
+        except AssertionError:
+            _wait_idle_after_error(session)
+        assert session.execute("print(lock.locked())").strip() == "False"  # the cleanup ran whole
+        assert session.execute("from kerasmagic import guard\nprint(guard.active_guard().deferred)").strip() == "1"
+    finally:
+        session.shutdown()
