@@ -33,6 +33,7 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any
 
+from . import events
 from .cell_numbers import running_cell_number
 from .errors import KerasMagicUsageError, KernelMemoryLimitError, KernelMemoryLimitInterrupt
 from .leak_watch import _first_line
@@ -40,7 +41,7 @@ from .limits import MemoryLimit, memory_limit
 from .tables import format_bytes
 
 __all__ = ['CONFIRM_S', 'ENV_VAR', 'FAST_PCT', 'GROWTH_BYTES', 'THREAD_NAME', 'GuardSettings', 'MemoryGuard',
-           'active_guard', 'assess', 'memory_guard', 'raise_hint', 'start', 'stop']
+           'active_guard', 'assess', 'limit_state', 'memory_guard', 'raise_hint', 'start', 'stop']
 
 logger = logging.getLogger(__name__)
 
@@ -282,6 +283,9 @@ class MemoryGuard:
         self.fired = 0
         #: Stops that were due inside an import and waited for it to end.
         self.deferred = 0
+        self.warnings = 0
+        #: The last warning or stop, as the live channel's ``event`` carried it.
+        self.last_event: dict[str, Any] | None = None
         #: The last reading's level and the limit it was measured against.
         self.level = "ok"
         self.last_limit: MemoryLimit | None = None
@@ -428,7 +432,21 @@ class MemoryGuard:
         text = (f"kerasmagic: memory at {format_bytes(limit.used_bytes)} of a {format_bytes(limit.limit_bytes)} limit "
                 f"({limit.used_pct:.0f} %, {limit.where}); {self._growth_words(cell, limit)} so far. At "
                 f"{settings.stop_pct:g} % the guard stops the cell (%tf_mem --guard off to let it run).")
+        self.warnings += 1
+        self._publish("guard_warning", cell, limit, text)
         self._emit(cell, text)
+
+    def _publish(self, kind: str, cell: _Cell, limit: MemoryLimit, text: str) -> None:
+        """The warning or the stop to the sidebar and ``%tf_mem --live`` too (a mark on the timeline),
+        not only to the cell's output (issue 33, item 7)."""
+        payload = {"kind": kind, "execution_count": cell.number, "used_bytes": limit.used_bytes,
+                   "limit_bytes": limit.limit_bytes, "used_pct": round(limit.used_pct, 1), "ts": time.time(),
+                   "text": text}
+        self.last_event = payload
+        try:
+            events.publish(kind, payload)
+        except Exception:  # the guard must never fail for a listener's sake
+            logger.debug("kerasmagic.guard: publishing %s failed", kind, exc_info=True)
 
     def _main_thread_in_cell(self) -> bool:
         """Whether the main thread is inside the cell's code now (below IPython's run_code), not in
@@ -488,6 +506,7 @@ class MemoryGuard:
         cell.fired_at = limit.used_bytes
         cell.stops += 1
         self.fired += 1
+        self._publish("guard_stop", cell, limit, message)
         raised = KernelMemoryLimitInterrupt if again else KernelMemoryLimitError
         ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(self._main_ident), ctypes.py_object(raised))
 
@@ -518,6 +537,30 @@ def active_guard() -> MemoryGuard | None:
         True
     """
     return _guard
+
+
+def limit_state() -> dict[str, Any]:
+    """The limit, what counts against it, the headroom and the guard's state: what the live sample
+    carries as ``memory_limit`` for the sidebar and ``%tf_mem --live``.
+
+    Example:
+        >>> state = limit_state()
+        >>> state["limit_bytes"] > 0, state["guard"]["running"]
+        (True, False)
+    """
+    running = _guard
+    limit = running.last_limit if running is not None and running.last_limit is not None else memory_limit()
+    settings = _settings
+    return {
+        "limit_bytes": limit.limit_bytes, "used_bytes": limit.used_bytes, "rss_bytes": limit.rss_bytes,
+        "shmem_bytes": limit.shmem_bytes, "headroom_bytes": limit.headroom_bytes,
+        "used_pct": round(limit.used_pct, 1), "source": limit.source, "where": limit.where,
+        "guard": {**settings.to_dict(), "running": running is not None,
+                  "level": running.level if running is not None else None,
+                  "warnings": running.warnings if running is not None else 0,
+                  "stops": running.fired if running is not None else 0,
+                  "last_event": running.last_event if running is not None else None},
+    }
 
 
 def start(shell, record: Any = None) -> MemoryGuard:

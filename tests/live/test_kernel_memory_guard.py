@@ -21,6 +21,7 @@ import uuid
 
 import pytest
 
+from kerasmagic.live.protocol import PROTOCOL_VERSION, validate
 from kerasmagic.probes.cgroup import parse_mountinfo, parse_proc_cgroup
 
 from kernel_session import KernelSession
@@ -116,6 +117,16 @@ def _remove_cgroup(folder: str, parent: str) -> None:
             time.sleep(0.2)
 
 
+def _open_live(session: KernelSession) -> str:
+    """The sidebar's channel, opened as a sidebar does."""
+    comm_id = uuid.uuid4().hex
+    session.client.shell_channel.send(session.client.session.msg(
+        "comm_open", {"comm_id": comm_id, "target_name": "kerasmagic.live",
+                      "data": {"method": "open", "visible": True, "interval_s": 0.5}},
+        metadata={"protocol_version": PROTOCOL_VERSION}))
+    return comm_id
+
+
 def _kernel_pid(session: KernelSession) -> int:
     return session.manager.provisioner.process.pid
 
@@ -149,6 +160,8 @@ def test_tf_mem_reports_the_own_cgroups_limit_and_the_guard_saves_the_session(me
         assert "headroom" in shown and "memory guard" in shown, shown
 
         session.execute("before = 'still here'")
+        comm_id = _open_live(session)
+        session.comm_data(comm_id, "sample")
         mark = len(session.iopub)
         with pytest.raises(AssertionError) as stopped:
             session.execute(GROW, timeout=240)
@@ -164,6 +177,21 @@ def test_tf_mem_reports_the_own_cgroups_limit_and_the_guard_saves_the_session(me
 
         # The kernel answers, the variable from before is there, and the OOM killer never acted.
         _wait_idle_after_error(session)
+        # Issue 33, item 7: the sidebar (and %tf_mem --live) get the limit, the headroom, the warning
+        # and the stop, not only the cell's output.
+        live = [m["content"]["data"] for m in session.comm_messages(comm_id)]
+        kinds = [m.get("kind") for m in live if m["method"] == "event"]
+        assert "guard_warning" in kinds and "guard_stop" in kinds, kinds
+        stop = next(m for m in live if m.get("kind") == "guard_stop")
+        assert stop["payload"]["execution_count"] == cell and "was stopped" in stop["text"], stop
+        sample = session.wait_for(lambda m: m["msg_type"] == "comm_msg" and m["content"].get("comm_id") == comm_id
+                                  and m["content"]["data"].get("method") == "sample"
+                                  and m["content"]["data"]["memory_limit"]["guard"]["stops"] >= 1,
+                                  timeout=30)["content"]["data"]
+        validate(sample, "to_frontend")
+        limit = sample["memory_limit"]
+        assert limit["limit_bytes"] == LIMIT_BYTES and limit["source"] == "cgroup", limit
+        assert limit["guard"]["enabled"] and limit["guard"]["stops"] == 1, limit
         assert session.execute("print(before)").strip() == "still here"
         assert session.execute("print(isinstance(chunks, list), len(chunks) > 5)").split() == ["True", "True"]
         assert _oom_kills(memory_cgroup) == 0
