@@ -11,6 +11,18 @@ Why and its limits (docs/design.md, "The memory guard"): an asynchronous excepti
 only when the main thread next runs Python bytecode, so a cell inside one long C call (a single
 ``np.ones`` of 10 GiB) is stopped after that call returns, if the OOM killer has not acted first.
 
+What it can and cannot stop (issue 33):
+
+- a stop due inside an import, or inside a with block's ``__exit__``, waits for it to end: a
+  module half-imported stays broken for the kernel's life, a cleanup cut short leaves a lock held.
+  A ``finally`` block cannot be seen from outside: the stop says where it was raised;
+- a stop the cell's code catches (``except Exception``) is raised again, as
+  :class:`~kerasmagic.errors.KernelMemoryLimitInterrupt` (no ``Exception``), once memory grows on;
+- Python threads the cell started get the stop too (a cell waiting in ``t.join()`` runs no
+  bytecode until the thread ends); threads started before the cell, threads inside one long C
+  call (TensorFlow's own, a ``tf.data`` pipeline), and child processes cannot be stopped: the
+  guard then only warns, and the OOM killer may still act.
+
 A false reading must never stop a cell: the guard reads RSS (``/proc/self/statm``), never the
 cgroup's usage, which counts page cache; it acts only on two consecutive readings past a level
 (the second :data:`CONFIRM_S` after the first), only while a cell runs, only when that cell
@@ -202,6 +214,8 @@ class _Cell:
     parent: dict[str, Any] | None
     warned: bool = False
     fired: bool = False
+    #: The Python threads alive when the cell started: the ones alive at a stop but not here are the cell's.
+    threads_before: frozenset[int] = frozenset()
     #: What counted against the limit when the last stop was raised; the stops raised so far.
     fired_at: int | None = None
     stops: int = 0
@@ -220,6 +234,13 @@ _IMPORT_FUNCTIONS = frozenset({"_find_and_load", "_find_and_load_unlocked", "_lo
 _CLEANUP_FUNCTIONS = frozenset({"__exit__", "__aexit__"})
 _DEFERRED_WORDS = {"import": "; it was due inside an import and waited for the import to end",
                    "cleanup": "; it was due inside a with block's __exit__ and waited for it to end"}
+
+
+def _cell_threads(cell: _Cell) -> list[threading.Thread]:
+    """The Python threads the running cell started and that still run (never kerasmagic's own)."""
+    return [thread for thread in threading.enumerate()
+            if thread.ident is not None and thread.ident not in cell.threads_before
+            and thread is not threading.main_thread() and not thread.name.startswith("kerasmagic")]
 
 
 def _landing_words(thread_ident: int) -> str:
@@ -323,7 +344,8 @@ class MemoryGuard:
             parent = kernel.get_parent("shell") if kernel is not None else None
             cell = _Cell(number=running_cell_number(self.shell),
                          first_line=_first_line(getattr(info, "raw_cell", None) or ""),
-                         start_rss=memory_limit().used_bytes, parent=parent if isinstance(parent, dict) else None)
+                         start_rss=memory_limit().used_bytes, parent=parent if isinstance(parent, dict) else None,
+                         threads_before=frozenset(t.ident for t in threading.enumerate() if t.ident is not None))
             self._cell = cell
             self._past_warn = self._past_stop = False
             if self.record is not None:
@@ -488,6 +510,7 @@ class MemoryGuard:
         settings = _settings
         label = f"cell [{cell.number}]" if cell.number is not None else "the running cell"
         again = cell.fired
+        workers = _cell_threads(cell)
         grew = format_bytes(limit.used_bytes - cell.start_rss, signed=True)
         message = (f"{label} was stopped by kerasmagic's memory guard at {format_bytes(limit.used_bytes)} of a "
                    f"{format_bytes(limit.limit_bytes)} limit ({limit.used_pct:.0f} % ≥ {settings.stop_pct:g} %; "
@@ -498,6 +521,9 @@ class MemoryGuard:
                         f"MemoryError, which except Exception catches) and kept growing; this one "
                         f"({KernelMemoryLimitInterrupt.__name__}, like KeyboardInterrupt) only except "
                         "BaseException catches")
+        if workers:
+            message += (f"; also raised in the thread{'s' if len(workers) > 1 else ''} this cell started ("
+                        f"{', '.join(t.name for t in workers[:5])})")
         message += (f". The kernel and your variables are intact: free memory (del, %clear_tf), {raise_hint(limit)}, "
                     "or switch the guard off (%tf_mem --guard off).")
         KernelMemoryLimitError.arm(message, cell=cell.number, rss_bytes=limit.used_bytes,
@@ -508,6 +534,10 @@ class MemoryGuard:
         self.fired += 1
         self._publish("guard_stop", cell, limit, message)
         raised = KernelMemoryLimitInterrupt if again else KernelMemoryLimitError
+        # The cell's own threads get the stop too: a cell waiting in t.join() runs no bytecode, so the
+        # exception cannot land in it until the thread that grows ends (issue 33, item 4).
+        for thread in workers:
+            ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread.ident or 0), ctypes.py_object(raised))
         ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(self._main_ident), ctypes.py_object(raised))
 
     def _emit(self, cell: _Cell, text: str) -> None:

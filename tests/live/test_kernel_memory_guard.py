@@ -381,3 +381,33 @@ def test_a_stop_due_inside_a_with_blocks_exit_waits_for_its_cleanup(tmp_path):
         assert session.execute("from kerasmagic import guard\nprint(guard.active_guard().deferred)").strip() == "1"
     finally:
         session.shutdown()
+
+
+THREADED = """import threading, time
+grown = []
+def grow():
+    for _ in range(60):
+        grown.append(bytearray(16 << 20))
+        time.sleep(0.05)
+worker = threading.Thread(target=grow, name="grower")
+worker.start()
+worker.join()
+"""
+
+
+def test_growth_in_a_thread_the_cell_waits_for_is_stopped_in_that_thread(tmp_path):
+    """Issue 33, item 4: with t.join() the stop never landed (the main thread runs no bytecode)."""
+    session = _session(tmp_path, f"/tests/thread-{uuid.uuid4().hex}.ipynb")
+    try:
+        session.execute("%load_ext kerasmagic")
+        session.execute("import kerasmagic\nfrom kerasmagic.probes.process import rss_bytes\n"
+                        "kerasmagic.set_memory_limit(rss_bytes() + 300 * 2**20)")
+        with pytest.raises(AssertionError) as stopped:
+            session.execute(THREADED, timeout=120)
+        _wait_idle_after_error(session)
+        error = ANSI.sub("", str(stopped.value))
+        assert "also raised in the thread this cell started (grower)" in error, error
+        kept = int(session.execute("print(len(grown))"))
+        assert kept < 40 and session.execute("print(worker.is_alive())").strip() == "False", kept
+    finally:
+        session.shutdown()
