@@ -258,7 +258,7 @@ def _gcs_answer(where: tuple[str, int], timeout: float) -> str:
     """Why the gRPC server at ``where`` is not a Ray GCS, in words; "" where it is one, or where
     this cannot be asked (no grpc module: Ray brings it, so that is no Ray either way)."""
     try:
-        import grpc  # noqa: PLC0415 - Ray's dependency, loaded only to check an address
+        import grpc  # type: ignore[import-untyped,unused-ignore]  # noqa: PLC0415 - Ray's dependency, loaded only to check an address
     except ImportError:
         return ""
     host, port = where
