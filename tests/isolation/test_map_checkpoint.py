@@ -8,6 +8,7 @@ test_map_resume_in_new_kernel.py.
 from __future__ import annotations
 
 import os
+import threading
 import warnings
 
 import pytest
@@ -238,6 +239,21 @@ def test_a_value_that_cannot_be_stored_is_said_when_it_comes_back(tmp_path):
                for text in said), said
     with pytest.warns(IsolationWarning, match=r"item \[1\]'s value"):  # it ran again, and is said again
         again = isolated_map(open_handle, range(3), checkpoint=path, progress=False)
+    assert again.restored == [True, False, True]
+
+
+def lock_on_one(item):
+    return threading.Lock() if item == 1 else item
+
+
+def test_a_value_that_does_not_come_back_is_not_marked_done(tmp_path):
+    # Issue 33, item 10: the worker could not send its value, the kernel got None, and the checkpoint
+    # kept None as item [1]'s result: a resume returned it silently.
+    path = tmp_path / "cv.kmrun"
+    with pytest.warns(IsolationWarning, match=r"item \[1\]'s value did not come back .* not checkpointed"):
+        isolated_map(lock_on_one, range(3), checkpoint=path, progress=False)
+    with pytest.warns(IsolationWarning, match=r"item \[1\]'s value did not come back"):  # ran again
+        again = isolated_map(lock_on_one, range(3), checkpoint=path, progress=False)
     assert again.restored == [True, False, True]
 
 
