@@ -54,6 +54,7 @@ _LAZY_EXPORTS = {
     "memory_guard": "kerasmagic.guard",
     "GuardSettings": "kerasmagic.guard",
     "KernelMemoryLimitError": "kerasmagic.errors",
+    "KernelMemoryLimitInterrupt": "kerasmagic.errors",
     "OnRay": "kerasmagic.isolation.cluster.target",
     "close_cluster_session": "kerasmagic.isolation.cluster.remote",
 }

@@ -6,7 +6,8 @@ import numbers
 import threading
 from typing import Any, ClassVar
 
-__all__ = ['KerasMagicUsageError', 'KernelMemoryLimitError', 'check_seed', 'check_timeout']
+__all__ = ['KerasMagicUsageError', 'KernelMemoryLimitError', 'KernelMemoryLimitInterrupt', 'check_seed',
+           'check_timeout']
 
 
 class KerasMagicUsageError(ValueError):
@@ -59,6 +60,36 @@ class KernelMemoryLimitError(MemoryError):
         with KernelMemoryLimitError._armed_lock:
             KernelMemoryLimitError._armed = {"message": message, "cell": cell, "rss_bytes": rss_bytes,
                                              "limit_bytes": limit_bytes}
+
+
+class KernelMemoryLimitInterrupt(BaseException):
+    """The memory guard's second stop, for a cell whose code caught the first one (``except
+    Exception:`` catches :class:`KernelMemoryLimitError`, a ``MemoryError``) and kept growing.
+
+    Like ``KeyboardInterrupt`` it is no ``Exception``, so ``except Exception`` lets it through;
+    the message says the first stop was caught. The kernel and its variables survive.
+
+    Example:
+        >>> issubclass(KernelMemoryLimitInterrupt, Exception)
+        False
+        >>> KernelMemoryLimitError.arm("stopped again", cell=3, rss_bytes=1, limit_bytes=2)
+        >>> str(KernelMemoryLimitInterrupt()), KernelMemoryLimitInterrupt().cell
+        ('stopped again', 3)
+    """
+
+    cell: int | None
+    rss_bytes: int | None
+    limit_bytes: int | None
+
+    def __init__(self, *args: Any) -> None:
+        with KernelMemoryLimitError._armed_lock:
+            armed = dict(KernelMemoryLimitError._armed)
+        if not args:
+            args = (armed.get("message", "the kernel's memory limit is near"),)
+        super().__init__(*args)
+        self.cell = armed.get("cell")
+        self.rss_bytes = armed.get("rss_bytes")
+        self.limit_bytes = armed.get("limit_bytes")
 
 
 def check_seed(seed: Any) -> None:

@@ -59,6 +59,7 @@ def _start_guard(shell) -> None:
         except Exception:  # a record folder we cannot read must not stop %load_ext
             logger.debug("kerasmagic: reading the previous kernels' records failed", exc_info=True)
         record = postmortem.KernelRecord(folder, identity)
+        record.watch()
         # A kernel that exits (shutdown, restart, exit()) ends cleanly: only a death leaves a record.
         atexit.register(record.close_clean)
     guard.start(shell, record)

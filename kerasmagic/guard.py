@@ -11,6 +11,18 @@ Why and its limits (docs/design.md, "The memory guard"): an asynchronous excepti
 only when the main thread next runs Python bytecode, so a cell inside one long C call (a single
 ``np.ones`` of 10 GiB) is stopped after that call returns, if the OOM killer has not acted first.
 
+What it can and cannot stop (issue 33):
+
+- a stop due inside an import, or inside a with block's ``__exit__``, waits for it to end: a
+  module half-imported stays broken for the kernel's life, a cleanup cut short leaves a lock held.
+  A ``finally`` block cannot be seen from outside: the stop says where it was raised;
+- a stop the cell's code catches (``except Exception``) is raised again, as
+  :class:`~kerasmagic.errors.KernelMemoryLimitInterrupt` (no ``Exception``), once memory grows on;
+- Python threads the cell started get the stop too (a cell waiting in ``t.join()`` runs no
+  bytecode until the thread ends); threads started before the cell, threads inside one long C
+  call (TensorFlow's own, a ``tf.data`` pipeline), and child processes cannot be stopped: the
+  guard then only warns, and the OOM killer may still act.
+
 A false reading must never stop a cell: the guard reads RSS (``/proc/self/statm``), never the
 cgroup's usage, which counts page cache; it acts only on two consecutive readings past a level
 (the second :data:`CONFIRM_S` after the first), only while a cell runs, only when that cell
@@ -33,15 +45,15 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any
 
+from . import events
 from .cell_numbers import running_cell_number
-from .errors import KerasMagicUsageError, KernelMemoryLimitError
+from .errors import KerasMagicUsageError, KernelMemoryLimitError, KernelMemoryLimitInterrupt
 from .leak_watch import _first_line
 from .limits import MemoryLimit, memory_limit
-from .probes.process import rss_bytes
 from .tables import format_bytes
 
 __all__ = ['CONFIRM_S', 'ENV_VAR', 'FAST_PCT', 'GROWTH_BYTES', 'THREAD_NAME', 'GuardSettings', 'MemoryGuard',
-           'active_guard', 'assess', 'memory_guard', 'start', 'stop']
+           'active_guard', 'assess', 'limit_state', 'memory_guard', 'raise_hint', 'start', 'stop']
 
 logger = logging.getLogger(__name__)
 
@@ -52,11 +64,20 @@ ENV_VAR = "KERASMAGIC_MEMORY_GUARD"
 FAST_PCT = 75.0
 SLOW_INTERVAL_S = 1.0
 FAST_INTERVAL_S = 0.1
+#: While a cell runs, at least this often: two readings give its growth rate.
+CELL_INTERVAL_S = 0.25
+#: Where the rate says the stop level is less than this far away, read at a quarter of the time
+#: left (never more often than MIN_INTERVAL_S).
+RATE_HORIZON_S = 2.0
+MIN_INTERVAL_S = 0.01
 #: The confirming second reading comes this soon after a first one past the stop level: a
 #: cell growing 64 MiB a step must not take its next step before the guard acts.
 CONFIRM_S = 0.05
 #: A cell must have grown by this much to be warned about or stopped.
 GROWTH_BYTES = 16 * 2**20
+#: A stopped cell that goes on growing by this much caught the stop: it is stopped again at once
+#: (at 95 % of 1 GiB, three 16 MiB steps are left before the OOM killer).
+SWALLOWED_GROWTH_BYTES = 4 * 2**20
 
 
 @dataclass(frozen=True)
@@ -161,6 +182,28 @@ def assess(rss: int, limit: int, settings: GuardSettings, cell_growth: int | Non
     return "fast" if pct >= min(FAST_PCT, settings.warn_pct) else "ok"
 
 
+def raise_hint(limit: MemoryLimit) -> str:
+    """How to give the kernel more room, for the limit's source: a limit set in this kernel or by
+    ``KERASMAGIC_MEMORY_LIMIT`` can be raised from a cell; a cgroup's (the container's) cannot.
+
+    Example:
+        >>> from kerasmagic.limits import MemoryLimit
+        >>> raise_hint(MemoryLimit(2**30, "environment", "KERASMAGIC_MEMORY_LIMIT=1GiB", 0, {}))
+        'raise the limit (%tf_mem --limit 2GiB overrides KERASMAGIC_MEMORY_LIMIT=1GiB)'
+        >>> raise_hint(MemoryLimit(2**30, "cgroup", "cgroup v1 /k", 0, {}))
+        "ask for more memory (the cgroup's limit, cgroup v1 /k, cannot be raised from the kernel)"
+    """
+    bigger = f"{max(1, math.ceil(limit.limit_bytes * 2 / 2**30))}GiB"
+    if limit.source == "user":
+        return (f"raise the limit (%tf_mem --limit {bigger}; --limit off drops yours and goes back to the "
+                "environment's, the cgroup's or the host's)")
+    if limit.source == "environment":
+        return f"raise the limit (%tf_mem --limit {bigger} overrides {limit.where})"
+    if limit.source == "cgroup":
+        return f"ask for more memory (the cgroup's limit, {limit.where}, cannot be raised from the kernel)"
+    return "close other programs (the limit is the host's memory)"
+
+
 @dataclass
 class _Cell:
     """The cell running now, as pre_run_cell saw it (read by the guard thread)."""
@@ -171,6 +214,59 @@ class _Cell:
     parent: dict[str, Any] | None
     warned: bool = False
     fired: bool = False
+    #: The Python threads alive when the cell started: the ones alive at a stop but not here are the cell's.
+    threads_before: frozenset[int] = frozenset()
+    #: What counted against the limit when the last stop was raised; the stops raised so far.
+    fired_at: int | None = None
+    stops: int = 0
+    #: A stop was due while the cell was importing a module ("import") or in a with block's
+    #: ``__exit__`` ("cleanup"): it is delivered when that ends.
+    deferred: str = ""
+
+
+#: importlib's own functions that run a module's code; where one is on the main thread's stack, an
+#: import is under way (``import x``, ``importlib.import_module``, ``__import__`` all pass here).
+_IMPORT_FUNCTIONS = frozenset({"_find_and_load", "_find_and_load_unlocked", "_load_unlocked", "_load",
+                               "exec_module", "_call_with_frames_removed", "_handle_fromlist", "_gcd_import"})
+
+
+#: Cleanup code a stop must not cut short: a with block's exit (a lock released, a file closed).
+_CLEANUP_FUNCTIONS = frozenset({"__exit__", "__aexit__"})
+_DEFERRED_WORDS = {"import": "; it was due inside an import and waited for the import to end",
+                   "cleanup": "; it was due inside a with block's __exit__ and waited for it to end"}
+
+
+def _cell_threads(cell: _Cell) -> list[threading.Thread]:
+    """The Python threads the running cell started and that still run (never kerasmagic's own)."""
+    return [thread for thread in threading.enumerate()
+            if thread.ident is not None and thread.ident not in cell.threads_before
+            and thread is not threading.main_thread() and not thread.name.startswith("kerasmagic")]
+
+
+def _landing_words(thread_ident: int) -> str:
+    """Where the main thread is as the stop is raised, in words: a stop there skips the rest of that
+    code, ``finally`` blocks included, which the guard cannot see from outside (issue 33)."""
+    frame = sys._current_frames().get(thread_ident)
+    if frame is None:
+        return ""
+    code = frame.f_code
+    return (f"; raised in {code.co_name} ({os.path.basename(code.co_filename)}, line {frame.f_lineno}): the rest of "
+            "that code did not run, a finally block there included")
+
+
+def _is_import_frame(code: Any) -> bool:
+    """Whether ``code`` is importlib's machinery that runs a module (the frozen bootstrap, or
+    ``importlib._bootstrap`` where it is not frozen).
+
+    Example:
+        >>> import importlib._bootstrap as bootstrap
+        >>> _is_import_frame(bootstrap._find_and_load.__code__), _is_import_frame(_is_import_frame.__code__)
+        (True, False)
+    """
+    filename = code.co_filename
+    return code.co_name in _IMPORT_FUNCTIONS and ("importlib._bootstrap" in filename
+                                                   or filename.endswith(("importlib/_bootstrap.py",
+                                                                         "importlib/_bootstrap_external.py")))
 
 
 def _run_code_codes(shell) -> set[Any]:
@@ -203,8 +299,14 @@ class MemoryGuard:
         self._main_ident: int = threading.main_thread().ident or 0
         self._run_code = _run_code_codes(shell)
         self._past_warn = self._past_stop = False
+        self._previous: tuple[float, int, _Cell | None] | None = None
         self.readings = 0
         self.fired = 0
+        #: Stops that were due inside an import and waited for it to end.
+        self.deferred = 0
+        self.warnings = 0
+        #: The last warning or stop, as the live channel's ``event`` carried it.
+        self.last_event: dict[str, Any] | None = None
         #: The last reading's level and the limit it was measured against.
         self.level = "ok"
         self.last_limit: MemoryLimit | None = None
@@ -242,7 +344,8 @@ class MemoryGuard:
             parent = kernel.get_parent("shell") if kernel is not None else None
             cell = _Cell(number=running_cell_number(self.shell),
                          first_line=_first_line(getattr(info, "raw_cell", None) or ""),
-                         start_rss=rss_bytes(), parent=parent if isinstance(parent, dict) else None)
+                         start_rss=memory_limit().used_bytes, parent=parent if isinstance(parent, dict) else None,
+                         threads_before=frozenset(t.ident for t in threading.enumerate() if t.ident is not None))
             self._cell = cell
             self._past_warn = self._past_stop = False
             if self.record is not None:
@@ -256,7 +359,7 @@ class MemoryGuard:
         cell, self._cell = self._cell, None
         if cell is not None and cell.fired:
             error = getattr(result, "error_in_exec", None)
-            if not isinstance(error, KernelMemoryLimitError):
+            if not isinstance(error, (KernelMemoryLimitError, KernelMemoryLimitInterrupt)):
                 # The cell ended before the exception was raised: withdraw it, it must not land
                 # in IPython's own code or the next cell.
                 ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(self._main_ident), None)
@@ -284,17 +387,39 @@ class MemoryGuard:
     def tick(self) -> float:
         """One reading: record it, act on it; returns the seconds until the next one."""
         limit = memory_limit()
-        rss = limit.rss_bytes
+        used = limit.used_bytes
         self.last_limit = limit
         self.readings += 1
         cell = self._cell
         settings = _settings
-        level = assess(rss, limit.limit_bytes, settings, None if cell is None else rss - cell.start_rss)
+        now = time.monotonic()
+        previous, self._previous = self._previous, (now, used, cell)
+        rate = None  # bytes per second this cell grows, from the last two readings in it
+        if previous is not None and cell is not None and previous[2] is cell and now > previous[0]:
+            rate = (used - previous[1]) / (now - previous[0])
+        level = assess(used, limit.limit_bytes, settings, None if cell is None else used - cell.start_rss)
         self.level = level
         if self.record is not None:
-            self.record.sample(time.time(), rss, limit.to_dict(), near=level != "ok")
+            self.record.sample(time.time(), used, limit.to_dict(), near=level != "ok")
+        return min(self._act(cell, limit, level), self._paced(cell, limit, used, rate))
+
+    def _paced(self, cell: _Cell | None, limit: MemoryLimit, used: int, rate: float | None) -> float:
+        """How soon the growth rate says to read again: a cell growing 2 GiB/s from 50 % of a 1 GiB
+        limit reaches it in 0.25 s, well inside the slow interval (issue 33, item 5)."""
+        if cell is None:
+            return SLOW_INTERVAL_S
+        if rate is None or rate <= 0:
+            return CELL_INTERVAL_S
+        seconds_left = (limit.limit_bytes * _settings.stop_pct / 100 - used) / rate
+        if seconds_left >= RATE_HORIZON_S:
+            return CELL_INTERVAL_S
+        return max(MIN_INTERVAL_S, seconds_left / 4)
+
+    def _act(self, cell: _Cell | None, limit: MemoryLimit, level: str) -> float:
         if level == "stop" and cell is not None:
-            if self._past_stop and not cell.fired:
+            if cell.fired and self._swallowed(cell, limit):
+                self._interrupt(cell, limit)  # confirmed already: no second reading to wait for
+            elif self._past_stop and not cell.fired:
                 if not cell.warned:
                     # Memory that grows faster than the readings can jump past the warning band
                     # (seen in CI under load): the warning, with what grew, still comes first.
@@ -313,46 +438,108 @@ class MemoryGuard:
         self._past_warn = False
         return FAST_INTERVAL_S if level == "fast" else SLOW_INTERVAL_S
 
+    @staticmethod
+    def _swallowed(cell: _Cell, limit: MemoryLimit) -> bool:
+        """The cell caught the stop and goes on growing: a stop that nothing stopped, given again
+        (issue 33, item 3: ``except Exception`` around an append, then the OOM killer)."""
+        return cell.fired_at is not None and limit.used_bytes >= cell.fired_at + SWALLOWED_GROWTH_BYTES
+
     # ---- acting --------------------------------------------------------------------------------------
     def _growth_words(self, cell: _Cell, limit: MemoryLimit) -> str:
         label = f"cell [{cell.number}]" if cell.number is not None else "the running cell"
-        return f"{label} grew {format_bytes(limit.rss_bytes - cell.start_rss, signed=True)}"
+        return f"{label} grew {format_bytes(limit.used_bytes - cell.start_rss, signed=True)}"
 
     def _warn(self, cell: _Cell, limit: MemoryLimit) -> None:
         settings = _settings
         _end_warm_spares()
-        text = (f"kerasmagic: memory at {format_bytes(limit.rss_bytes)} of a {format_bytes(limit.limit_bytes)} limit "
+        text = (f"kerasmagic: memory at {format_bytes(limit.used_bytes)} of a {format_bytes(limit.limit_bytes)} limit "
                 f"({limit.used_pct:.0f} %, {limit.where}); {self._growth_words(cell, limit)} so far. At "
                 f"{settings.stop_pct:g} % the guard stops the cell (%tf_mem --guard off to let it run).")
+        self.warnings += 1
+        self._publish("guard_warning", cell, limit, text)
         self._emit(cell, text)
+
+    def _publish(self, kind: str, cell: _Cell, limit: MemoryLimit, text: str) -> None:
+        """The warning or the stop to the sidebar and ``%tf_mem --live`` too (a mark on the timeline),
+        not only to the cell's output (issue 33, item 7)."""
+        payload = {"kind": kind, "execution_count": cell.number, "used_bytes": limit.used_bytes,
+                   "limit_bytes": limit.limit_bytes, "used_pct": round(limit.used_pct, 1), "ts": time.time(),
+                   "text": text}
+        self.last_event = payload
+        try:
+            events.publish(kind, payload)
+        except Exception:  # the guard must never fail for a listener's sake
+            logger.debug("kerasmagic.guard: publishing %s failed", kind, exc_info=True)
 
     def _main_thread_in_cell(self) -> bool:
         """Whether the main thread is inside the cell's code now (below IPython's run_code), not in
         IPython's own code before or after it: only there may the exception land."""
+        return self._main_thread_place() == "cell"
+
+    def _main_thread_place(self) -> str:
+        """Where the main thread is: ``"cell"`` (the cell's own code), ``"import"`` (inside an import
+        the cell started) or ``"outside"`` (IPython's code before or after the cell)."""
         frame = sys._current_frames().get(self._main_ident)
         top = frame
+        importing = cleaning = False
         while frame is not None:
             if frame.f_code in self._run_code:
-                return frame is not top
+                if frame is top:
+                    return "outside"
+                return "import" if importing else "cleanup" if cleaning else "cell"
+            importing = importing or _is_import_frame(frame.f_code)
+            cleaning = cleaning or frame.f_code.co_name in _CLEANUP_FUNCTIONS
             frame = frame.f_back
-        return False
+        return "outside"
 
     def _interrupt(self, cell: _Cell, limit: MemoryLimit) -> None:
-        if self._cell is not cell or not self._main_thread_in_cell():
+        if self._cell is not cell:
             return  # the cell is ending: nothing to stop
+        place = self._main_thread_place()
+        if place in ("import", "cleanup"):
+            # An exception raised inside a module's code leaves that module half-initialised while
+            # the modules it imported stay registered: TensorFlow, pandas or JAX then fail on every
+            # later import until a restart (issue 33). One raised in a with block's __exit__ skips
+            # the rest of the cleanup (a lock stays held). The stop waits for either to end.
+            if not cell.deferred:
+                cell.deferred = place
+                self.deferred += 1
+                logger.debug("kerasmagic.guard: stop deferred to the end of an %s", place)
+            return
+        if place != "cell":
+            return
         settings = _settings
         label = f"cell [{cell.number}]" if cell.number is not None else "the running cell"
-        message = (f"{label} was stopped by kerasmagic's memory guard at {format_bytes(limit.rss_bytes)} of a "
+        again = cell.fired
+        workers = _cell_threads(cell)
+        grew = format_bytes(limit.used_bytes - cell.start_rss, signed=True)
+        message = (f"{label} was stopped by kerasmagic's memory guard at {format_bytes(limit.used_bytes)} of a "
                    f"{format_bytes(limit.limit_bytes)} limit ({limit.used_pct:.0f} % ≥ {settings.stop_pct:g} %; "
-                   f"{limit.where}); it grew {format_bytes(limit.rss_bytes - cell.start_rss, signed=True)}. The kernel "
-                   "and your variables are intact: free memory (del, %clear_tf), raise the limit (%tf_mem --limit), "
-                   "or switch the guard off (%tf_mem --guard off).")
-        KernelMemoryLimitError.arm(message, cell=cell.number, rss_bytes=limit.rss_bytes,
+                   f"{limit.where}); it grew {grew}"
+                   f"{_DEFERRED_WORDS.get(cell.deferred, '')}{_landing_words(self._main_ident)}")
+        if again:
+            message += (f". Stopped again: the cell's code caught the first stop (KernelMemoryLimitError is a "
+                        f"MemoryError, which except Exception catches) and kept growing; this one "
+                        f"({KernelMemoryLimitInterrupt.__name__}, like KeyboardInterrupt) only except "
+                        "BaseException catches")
+        if workers:
+            message += (f"; also raised in the thread{'s' if len(workers) > 1 else ''} this cell started ("
+                        f"{', '.join(t.name for t in workers[:5])})")
+        message += (f". The kernel and your variables are intact: free memory (del, %clear_tf), {raise_hint(limit)}, "
+                    "or switch the guard off (%tf_mem --guard off).")
+        KernelMemoryLimitError.arm(message, cell=cell.number, rss_bytes=limit.used_bytes,
                                    limit_bytes=limit.limit_bytes)
         cell.fired = True
+        cell.fired_at = limit.used_bytes
+        cell.stops += 1
         self.fired += 1
-        ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(self._main_ident),
-                                                   ctypes.py_object(KernelMemoryLimitError))
+        self._publish("guard_stop", cell, limit, message)
+        raised = KernelMemoryLimitInterrupt if again else KernelMemoryLimitError
+        # The cell's own threads get the stop too: a cell waiting in t.join() runs no bytecode, so the
+        # exception cannot land in it until the thread that grows ends (issue 33, item 4).
+        for thread in workers:
+            ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread.ident or 0), ctypes.py_object(raised))
+        ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(self._main_ident), ctypes.py_object(raised))
 
     def _emit(self, cell: _Cell, text: str) -> None:
         """One line in the running cell's output: sent with the cell's own request as its parent
@@ -368,7 +555,9 @@ class MemoryGuard:
         print(text, file=sys.stderr)
 
 
-_guard: MemoryGuard | None = None
+# Kept across importlib.reload of this module: a fresh None would forget the running one, whose
+# hooks stay registered, and the next load would register a second set (issue 33).
+_guard: MemoryGuard | None = globals().get("_guard")
 
 
 def _end_warm_spares() -> None:
@@ -390,6 +579,30 @@ def active_guard() -> MemoryGuard | None:
         True
     """
     return _guard
+
+
+def limit_state() -> dict[str, Any]:
+    """The limit, what counts against it, the headroom and the guard's state: what the live sample
+    carries as ``memory_limit`` for the sidebar and ``%tf_mem --live``.
+
+    Example:
+        >>> state = limit_state()
+        >>> state["limit_bytes"] > 0, state["guard"]["running"]
+        (True, False)
+    """
+    running = _guard
+    limit = running.last_limit if running is not None and running.last_limit is not None else memory_limit()
+    settings = _settings
+    return {
+        "limit_bytes": limit.limit_bytes, "used_bytes": limit.used_bytes, "rss_bytes": limit.rss_bytes,
+        "shmem_bytes": limit.shmem_bytes, "headroom_bytes": limit.headroom_bytes,
+        "used_pct": round(limit.used_pct, 1), "source": limit.source, "where": limit.where,
+        "guard": {**settings.to_dict(), "running": running is not None,
+                  "level": running.level if running is not None else None,
+                  "warnings": running.warnings if running is not None else 0,
+                  "stops": running.fired if running is not None else 0,
+                  "last_event": running.last_event if running is not None else None},
+    }
 
 
 def start(shell, record: Any = None) -> MemoryGuard:

@@ -918,7 +918,9 @@ class LeakWatch:
         self._cells.clear()
 
 
-_watch: LeakWatch | None = None
+# Kept across importlib.reload of this module: a fresh None would forget the running one, whose
+# hooks stay registered, and the next load would register a second set (issue 33).
+_watch: LeakWatch | None = globals().get("_watch")
 
 
 def active_watch() -> LeakWatch | None:

@@ -103,22 +103,32 @@ class MemoryLimit(Record):
     rss_bytes: int
     cgroup: dict[str, Any] | Unavailable
     note: str = ""
+    #: tmpfs / ``/dev/shm`` the cgroup is charged for beyond what this process maps (in no RSS).
+    shmem_bytes: int = 0
+
+    @property
+    def used_bytes(self) -> int:
+        """What counts against the limit: RSS, plus the cgroup's tmpfs that is in no RSS."""
+        return self.rss_bytes + self.shmem_bytes
 
     @property
     def headroom_bytes(self) -> int:
         """What the process may still grow by before it reaches the limit (negative: beyond it)."""
-        return self.limit_bytes - self.rss_bytes
+        return self.limit_bytes - self.used_bytes
 
     @property
     def used_pct(self) -> float:
-        """RSS as a percentage of the limit."""
-        return 100.0 * self.rss_bytes / self.limit_bytes
+        """What counts against the limit as a percentage of it."""
+        return 100.0 * self.used_bytes / self.limit_bytes
 
     def to_dict(self) -> dict[str, Any]:
-        return {**super().to_dict(), "headroom_bytes": self.headroom_bytes, "used_pct": round(self.used_pct, 1)}
+        return {**super().to_dict(), "used_bytes": self.used_bytes, "headroom_bytes": self.headroom_bytes,
+                "used_pct": round(self.used_pct, 1)}
 
     def __str__(self) -> str:
         text = f"{format_bytes(self.limit_bytes)} ({self.where}); headroom {format_bytes(self.headroom_bytes)}"
+        if self.shmem_bytes:
+            text += f" (tmpfs / /dev/shm counted: {format_bytes(self.shmem_bytes)})"
         return f"{text}; {self.note}" if self.note else text
 
 
@@ -159,6 +169,14 @@ def _environment_limit() -> int | None:
             parsed: int | KerasMagicUsageError = parse_size(raw)
         except KerasMagicUsageError as exc:
             parsed = exc
+        else:
+            # The rule of set_memory_limit: a limit the kernel is already past would stop every cell
+            # that grows, "at 195 %" (issue 33). Judged once, when the value is first seen.
+            rss = process_probe.rss_bytes()
+            if isinstance(parsed, int) and parsed <= rss:
+                parsed = KerasMagicUsageError(
+                    f"it is below what this kernel uses now ({format_bytes(rss)} RSS); give more, e.g. "
+                    f"{_suggest(rss)}, or set one in the kernel with %tf_mem --limit")
         _env_cache = (raw, parsed)
     value = _env_cache[1]
     if isinstance(value, KerasMagicUsageError):
@@ -206,12 +224,26 @@ def memory_limit(refresh: bool = False) -> MemoryLimit:
             "limit unknown: " + (memory.detail or memory.reason))
         chosen = (host, "host", f"the host's total memory; {why}")
     return MemoryLimit(limit_bytes=chosen[0], source=chosen[1], where=chosen[2], rss_bytes=rss,
-                       cgroup=cgroup_facts, note=note)
+                       cgroup=cgroup_facts, note=note, shmem_bytes=_unmapped_shmem(memory))
+
+
+def _unmapped_shmem(memory: cgroup_probe.CgroupMemory | Unavailable) -> int:
+    """The cgroup's tmpfs that is in no RSS of ours (issue 33: 720 MB in /dev/shm went unseen until
+    the OOM killer acted). A tmpfs file this process maps is in its RSS already (``RssShmem``)."""
+    if isinstance(memory, Unavailable) or not memory.stat_file:
+        return 0
+    shmem = cgroup_probe.read_shmem_bytes(memory.stat_file)
+    if not shmem:
+        return 0
+    return max(0, shmem - process_probe.rss_shmem_bytes())
 
 
 def set_memory_limit(limit: Any) -> MemoryLimit:
     """Set the memory limit the guard measures against (``%tf_mem --limit``); ``None`` or
-    ``"off"`` goes back to the environment's, the cgroup's or the host's.
+    ``"off"`` drops the limit you set and goes back to the one the kernel had before it:
+    ``KERASMAGIC_MEMORY_LIMIT`` where that is set, else the cgroup's, else the host's memory. It
+    never removes a limit of the environment or the cgroup (a cgroup's cannot be lifted from
+    inside; to measure against more than ``KERASMAGIC_MEMORY_LIMIT``, set a larger limit).
 
     A limit must be a size above what the kernel uses now (its RSS): anything else is refused
     with a ``ValueError`` that says why. A limit above the cgroup's does not lift the cgroup's.

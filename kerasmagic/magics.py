@@ -475,7 +475,8 @@ class KerasMagics(Magics):
                    "with the fix; a run that left 100+ MiB or several models is named at once.")
     @argument("--limit", type=_limit_size, default=False, metavar="SIZE",
               help="Set the memory limit the guard measures against (3GiB, 512MiB, bytes; K/M/G are binary, "
-                   "KB/MB/GB decimal), or off to go back to the cgroup's (or the host's). A limit above the "
+                   "KB/MB/GB decimal), or off to drop yours and go back to KERASMAGIC_MEMORY_LIMIT, else the "
+                   "cgroup's, else the host's memory. A limit above the "
                    "cgroup's does not lift it.")
     @argument("--guard", type=_on_off, default=None, metavar="on|off",
               help="Switch the memory guard on or off: near the limit it warns in the cell's output, then "
@@ -508,7 +509,7 @@ class KerasMagics(Magics):
             %tf_mem --live display   # ... as one output updated in place (no ipywidgets needed)
             %tf_mem --live off       # stop it
             %tf_mem --cells          # which cells grow memory each time they run
-            %tf_mem --limit 3GiB     # the guard's limit (--limit off: the cgroup's again)
+            %tf_mem --limit 3GiB     # the guard's limit (--limit off: the environment's or cgroup's again)
             %tf_mem --guard off      # let cells run into the OOM killer (--guard on)
             %tf_mem --warn-at 80 --stop-at 90
 

@@ -8,11 +8,16 @@ with the file it was read from. A clean end (``%unload_ext kerasmagic``, or the 
 exiting through ``atexit``) deletes the file; a file left behind by a process that no longer
 exists is a death.
 
+A watcher process (:mod:`kerasmagic.death_watch`) sees the kernel die and writes, at that
+moment, its exit signal, the cgroup's OOM-kill counter just before and at the death, and the
+kernel log's line naming it, where readable. A counter read later says nothing about *whose*
+kill it counted (any process of the cgroup raises it), so it is never used alone.
+
 The next kernel of the same notebook (``JPY_SESSION_NAME``, which jupyter-server sets to the
 notebook's path, else the kernel's connection file, which a restart keeps) that loads
 kerasmagic finds it and prints one explanation (:func:`explain`): killed by the OOM killer
-(the counter in the dead kernel's cgroup rose), exited unexpectedly (the counter was readable
-and did not rise), or cause unknown.
+(the kernel log names it, or the counter rose as it died), killed with SIGKILL by something
+else, killed by another signal, exited with a code, or what is unknown and why.
 
 Records live in a per-user folder (``$KERASMAGIC_RECORD_DIR``, else
 ``$XDG_RUNTIME_DIR/kerasmagic/kernels``, else ``~/.cache/kerasmagic/kernels``), mode 0700,
@@ -29,13 +34,18 @@ import hashlib
 import json
 import logging
 import os
+import re
+import signal
 import stat
+import subprocess
 import sys
 import threading
 import time
 from typing import Any
 
-from .probes.cgroup import read_oom_kills
+from . import death_watch
+from .probes.availability import Unavailable
+from .probes.cgroup import memory_cgroup
 from .tables import format_bytes
 
 __all__ = ['DIR_ENV_VAR', 'KEEP_RECORDS', 'KEEP_SAMPLES', 'MAX_AGE_S', 'MAX_RECORD_BYTES', 'KernelRecord',
@@ -164,9 +174,50 @@ class KernelRecord:
         self._broken_until = 0.0
         self._said_broken = False
         self.closed = False
+        self._watcher: subprocess.Popen | None = None
         #: Writes done and the last one's cost (the benchmark reads them).
         self.writes = 0
         self.last_write_s = 0.0
+
+    # ---- the witness ---------------------------------------------------------------------------------
+    def watch(self) -> bool:
+        """Start the process that watches this kernel die (:mod:`kerasmagic.death_watch`); False
+        where it cannot start (then the next kernel says the cause is unknown, not a guess).
+
+        The record is written first: the watcher writes its facts only where the record still
+        exists when the kernel dies (a clean end deletes it before).
+        """
+        if self._watcher is not None or not sys.platform.startswith("linux"):
+            return self._watcher is not None
+        memory = memory_cgroup()
+        oom_file = "" if isinstance(memory, Unavailable) else memory.oom_kill_file
+        if not self.write():
+            return False
+        try:
+            self._watcher = subprocess.Popen(
+                [sys.executable, "-I", "-S", death_watch.__file__, str(self.pid), self.path, oom_file],
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                close_fds=True, start_new_session=True)
+        except OSError as exc:
+            print(f"kerasmagic: cannot start the process that watches this kernel ({exc}); if it dies, the "
+                  "next kernel cannot say how", file=sys.stderr)
+            return False
+        return True
+
+    @property
+    def watcher_pid(self) -> int | None:
+        return None if self._watcher is None else self._watcher.pid
+
+    def _stop_watcher(self) -> None:
+        watcher, self._watcher = self._watcher, None
+        if watcher is None:
+            return
+        try:
+            watcher.send_signal(signal.SIGTERM)
+            watcher.wait(2.0)
+        except (OSError, subprocess.TimeoutExpired):
+            watcher.kill()
+            watcher.wait()
 
     # ---- what the kernel tells it ------------------------------------------------------------
     def cell_started(self, execution_count: int | None, first_line: str) -> None:
@@ -176,9 +227,11 @@ class KernelRecord:
         self.write()
 
     def cell_ended(self) -> None:
+        """A cell ended: written at once (one small file per cell), so that a kernel killed a
+        second later is not said to have died in a cell that had finished."""
         with self._lock:
             self._cell = None
-        self.write(force=False)
+        self.write()
 
     def sample(self, ts: float, rss_bytes: int, limit: dict[str, Any] | None, near: bool) -> None:
         """A guard sample; the file is rewritten each time ``near`` the limit, else every few seconds."""
@@ -206,6 +259,7 @@ class KernelRecord:
                 "oom_kill_file": self._oom[0] if self._oom else None,
                 "oom_kills": self._oom[1] if self._oom else None,
                 "samples": list(self._samples),
+                "watcher_pid": self.watcher_pid,
             }
 
     def write(self, force: bool = True) -> bool:
@@ -249,9 +303,10 @@ class KernelRecord:
             os.unlink(self.path)
         except OSError:
             pass  # never written (an unwritable folder), or swept already
+        self._stop_watcher()
 
 
-def _read_record(path: str) -> dict[str, Any] | None:
+def _read_record(path: str, any_format: bool = False) -> dict[str, Any] | None:
     """A record file, if it is this user's regular file of a sane size; None otherwise."""
     try:
         descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
@@ -266,7 +321,7 @@ def _read_record(path: str) -> dict[str, Any] | None:
         return None
     finally:
         os.close(descriptor)
-    return data if isinstance(data, dict) and data.get("format") == _FORMAT else None
+    return data if isinstance(data, dict) and (any_format or data.get("format") == _FORMAT) else None
 
 
 def _record_files(folder: str) -> list[str]:
@@ -298,20 +353,34 @@ def previous_deaths(folder: str, identity: str) -> list[dict[str, Any]]:
         pid, ticks = record.get("pid"), record.get("start_ticks")
         if isinstance(pid, int) and _alive(pid, ticks if isinstance(ticks, int) else None):
             continue  # another kernel of this notebook, still running
-        deaths.append({**record, "path": path})
+        deaths.append({**record, "path": path, "death": _death_facts(path, record.get("watcher_pid"))})
     return sorted(deaths, key=lambda record: -float(record.get("updated_ts") or 0))
 
 
+def _death_facts(path: str, watcher_pid: Any, wait_s: float = 2.0) -> dict[str, Any] | None:
+    """What the watcher wrote when the kernel died; a moment's wait where it still runs (a restart
+    can be quicker than its write), None where there is nothing."""
+    facts_path = death_watch.death_path(path)
+    deadline = time.monotonic() + wait_s
+    while True:
+        facts = _read_record(facts_path, any_format=True)
+        if facts is not None or not isinstance(watcher_pid, int) or not _alive(watcher_pid, None) \
+                or time.monotonic() > deadline:
+            return facts
+        time.sleep(0.05)
+
+
 def forget(path: str) -> None:
-    """Delete a dead kernel's record once its death has been told.
+    """Delete a dead kernel's record (and its watcher's facts) once its death has been told.
 
     Example:
         >>> forget("/nonexistent/record.json")
     """
-    try:
-        os.unlink(path)
-    except OSError:
-        pass  # gone already (another kernel of the notebook told it)
+    for each in (path, death_watch.death_path(path)):
+        try:
+            os.unlink(each)
+        except OSError:
+            pass  # gone already (another kernel of the notebook told it)
 
 
 def sweep(folder: str, keep: int = KEEP_RECORDS, max_age_s: float = MAX_AGE_S) -> int:
@@ -343,20 +412,84 @@ def sweep(folder: str, keep: int = KEEP_RECORDS, max_age_s: float = MAX_AGE_S) -
             removed += 1
         except OSError:
             continue
+        forget(path)  # the watcher's facts with it
     return removed
 
 
+def _clock(ts: Any) -> str:
+    return time.strftime("%H:%M:%S", time.localtime(float(ts or 0)))
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def _kill_rss(log_line: str) -> int | None:
+    """The victim's anonymous memory in the kernel's OOM line (``anon-rss:1082332kB``), in bytes."""
+    match = re.search(r"anon-rss:(\d+)kB", log_line)
+    return int(match.group(1)) * 1024 if match else None
+
+
+def _cause(death: dict[str, Any] | None, figure: str, limit: Any) -> str:
+    """The verdict, from what the watcher saw at the moment of death; never from a counter alone."""
+    reading = f"; its last reading: {figure}" if figure else ""
+    if not isinstance(death, dict):
+        return ("cause unknown: nothing watched it die (kerasmagic's watcher could not run), and an OOM-kill "
+                f"counter read afterwards cannot tell its kill from another process's{reading}")
+    log_line, sig, code = death.get("kernel_log"), death.get("signal"), death.get("exit_code")
+    before, after = death.get("oom_kills_before"), death.get("oom_kills_at_death")
+    rose = isinstance(before, int) and isinstance(after, int) and after > before
+    counted = isinstance(before, int) and isinstance(after, int)
+    if isinstance(log_line, str) and log_line:
+        rss = _kill_rss(log_line)
+        at = f" at {format_bytes(rss)}" + (f" of a {format_bytes(limit)} limit" if isinstance(limit, int) else "") \
+            if rss is not None else ""
+        quoted = log_line.split(")", 1)[0] + ")" if ")" in log_line else log_line[:120]
+        return f"killed by the out-of-memory killer{at} (the kernel log: \"{quoted}\"){reading}"
+    if rose and sig in (signal.SIGKILL, None):
+        how = "SIGKILL, as" if sig == signal.SIGKILL else "as"
+        return (f"killed by the out-of-memory killer: it died of {how} its cgroup counted an OOM kill in the "
+                f"{death_watch.POLL_S:g} s before{reading}")
+    if sig == signal.SIGKILL:
+        why = ("its cgroup counted no OOM kill as it died" if counted else "no OOM-kill counter could be read, "
+               "and the kernel log does not name it" if death.get("kernel_log_readable") else
+               "no OOM-kill counter or kernel log could be read")
+        return (f"killed with SIGKILL, {'not by the out-of-memory killer' if counted else 'by whom is unknown'} "
+                f"({why}): a restart or shutdown that had to kill it, kill -9, or a job scheduler{reading}")
+    if isinstance(sig, int):
+        return f"killed by {_signal_name(sig)}" + (" (a crash in native code)" if sig in (
+            signal.SIGSEGV, signal.SIGBUS, signal.SIGABRT, signal.SIGILL) else "") + reading
+    if isinstance(code, int):
+        return (f"exited unexpectedly with code {code} (os._exit(), or a crash that exits; not the out-of-memory "
+                f"killer){reading}")
+    if counted:
+        return ("exited unexpectedly, not killed by the out-of-memory killer (its cgroup counted no OOM kill as it "
+                f"died; its exit status was gone before it could be read){reading}")
+    return ("cause unknown: its exit status, its cgroup's OOM-kill counter and the kernel log could not be "
+            f"read{reading}")
+
+
 def explain(record: dict[str, Any]) -> str:
-    """One sentence: when the kernel died, which cell ran, and why, as far as can be known.
+    """One sentence: when the kernel died, which cell ran, and why, as far as the evidence says.
+
+    The out-of-memory killer is named only on evidence about this kernel: the kernel log naming
+    its pid, or its watcher seeing the cgroup's OOM-kill counter rise as it died. Otherwise it
+    says what is known (the signal, the last reading, the cell) and what is not.
 
     Example:
         >>> record = {"updated_ts": 0, "cell": {"execution_count": 12, "first_line": "x = big()"},
         ...           "samples": [[0, 3 * 2**30]], "limit": {"limit_bytes": 4 * 2**30},
-        ...           "oom_kill_file": "/nonexistent", "oom_kills": 0}
-        >>> explain(record)                                  # doctest: +ELLIPSIS
-        'The previous kernel of this notebook died at ...:00 while cell [12] ran (`x = big()`): cause unknown ...'
+        ...           "death": {"died_ts": 0, "signal": 9, "oom_kills_before": 1, "oom_kills_at_death": 1}}
+        >>> print(explain(record))                           # doctest: +ELLIPSIS
+        The previous kernel of this notebook died at ...:00 while cell [12] ran (`x = big()`): killed with SIGKILL, ...
     """
-    when = time.strftime("%H:%M:%S", time.localtime(float(record.get("updated_ts") or 0)))
+    death = record.get("death") if isinstance(record.get("death"), dict) else None
+    died = death.get("died_ts") if death else None
+    when = f"died at {_clock(died)}" if isinstance(died, (int, float)) else \
+        f"died after {_clock(record.get('updated_ts'))} (its last sign of life)"
     cell = record.get("cell")
     if isinstance(cell, dict):
         first = str(cell.get("first_line") or "").replace("`", "'")
@@ -366,22 +499,13 @@ def explain(record: dict[str, Any]) -> str:
     else:
         where = "between cells"
     samples = record.get("samples") or []
-    rss = samples[-1][1] if samples and isinstance(samples[-1], list) and len(samples[-1]) == 2 else None
+    last = samples[-1] if samples and isinstance(samples[-1], list) and len(samples[-1]) == 2 else None
+    rss = last[1] if last is not None and isinstance(last[1], int) else None
     limit = (record.get("limit") or {}).get("limit_bytes") if isinstance(record.get("limit"), dict) else None
     figure = ""
     if isinstance(rss, int):
-        figure = f"at {format_bytes(rss)}" + (f" of a {format_bytes(limit)} limit" if isinstance(limit, int) else "")
-    oom_file, oom_before = record.get("oom_kill_file"), record.get("oom_kills")
-    oom_now = read_oom_kills(oom_file) if isinstance(oom_file, str) and isinstance(oom_before, int) else None
-    if isinstance(oom_now, int) and isinstance(oom_before, int) and oom_now > oom_before:
-        cause = "killed by the out-of-memory killer" + (f" {figure}" if figure else "")
-    elif isinstance(oom_now, int):
-        cause = ("exited unexpectedly, not killed by the out-of-memory killer (its cgroup counted no OOM kill); "
-                 "a crash, os._exit(), or a restart that had to kill it"
-                 + (f"; its last reading: {figure.removeprefix('at ')}" if figure else ""))
-    else:
-        cause = "cause unknown" + (f" (its last reading: {figure.removeprefix('at ')}" if figure else " (")
-        near = isinstance(rss, int) and isinstance(limit, int) and rss >= 0.9 * limit
-        cause += ("; that close to the limit, probably out of memory)" if near else
-                  "; no OOM-kill counter could be read)")
-    return f"The previous kernel of this notebook died at {when} {where}: {cause}."
+        figure = format_bytes(rss) + (f" of a {format_bytes(limit)} limit" if isinstance(limit, int) else "")
+        if last is not None and isinstance(died, (int, float)) and isinstance(last[0], (int, float)) \
+                and died - last[0] >= 1:
+            figure += f", {died - last[0]:.0f} s before"
+    return f"The previous kernel of this notebook {when} {where}: {_cause(death, figure, limit)}."

@@ -431,7 +431,9 @@ class SessionRunWatch:
         self._findings = []
 
 
-_watch: SessionRunWatch | None = None
+# Kept across importlib.reload of this module: a fresh None would forget the running one, whose
+# hooks stay registered, and the next load would register a second set (issue 33).
+_watch: SessionRunWatch | None = globals().get("_watch")
 
 
 def active_watch() -> SessionRunWatch | None:

@@ -208,8 +208,11 @@ class MemorySnapshot(Record, Report):
         cgroup_limit = self.process["container_limit_bytes"]
         if isinstance(limit, MemoryLimit):
             process.add("memory limit", format_bytes(limit.limit_bytes), f"{limit.source}: {limit.where}")
+            if limit.shmem_bytes:
+                process.add("tmpfs counted", format_bytes(limit.shmem_bytes),
+                            "tmpfs / /dev/shm the cgroup counts against the limit, in no RSS")
             process.add("headroom", f"{format_bytes(limit.headroom_bytes)} ({limit.used_pct:.0f} % used)",
-                        "limit − RSS")
+                        "limit − RSS − tmpfs" if limit.shmem_bytes else "limit − RSS")
             if limit.note:
                 process.notes.append(limit.note)
             if limit.source != "cgroup" and not isinstance(cgroup_limit, Unavailable):

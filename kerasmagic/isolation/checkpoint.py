@@ -164,21 +164,48 @@ def function_fingerprint(fn: Callable[..., Any], _seen: set[int] | None = None) 
             hasher.update(b"<empty cell>")
     used: dict[str, str] = {}
     namespace = getattr(fn, "__globals__", {})
+    home = getattr(fn, "__module__", None)
     for global_name in sorted(_names_used(code)):
-        if global_name not in namespace:
-            continue
-        value = namespace[global_name]
-        if isinstance(value, type(os)):
-            used[global_name] = f"module {value.__name__}"
-        elif hasattr(value, "__code__") and getattr(value, "__module__", None) == getattr(fn, "__module__", None):
-            # A helper defined beside it (a notebook function): its code counts, not its pickle.
-            used[global_name] = "function " + (function_fingerprint(value, seen)["code"] if id(value) not in seen
-                                               else "(recursive)")
-        elif isinstance(value, type) or callable(value) and getattr(value, "__module__", "__main__") != "__main__":
-            used[global_name] = f"{getattr(value, '__module__', '?')}.{getattr(value, '__qualname__', '?')}"
-        else:
-            used[global_name] = _value_digest(value)
+        if global_name in namespace:
+            used[global_name] = _global_digest(namespace[global_name], home, seen)
+    owner = getattr(fn, "__self__", None)  # a bound method: its class's other methods and its instance count
+    if owner is not None and not isinstance(owner, type(os)):
+        used["self"] = _global_digest(owner if isinstance(owner, type) else type(owner), home, seen) + \
+            ("" if isinstance(owner, type) else " " + _value_digest(owner))
     return {"name": name, "code": hasher.hexdigest(), "globals": used}
+
+
+def _fingerprint_digest(fingerprint: dict[str, Any]) -> str:
+    return _digest(json.dumps(fingerprint, sort_keys=True).encode())
+
+
+def _global_digest(value: Any, home: str | None, seen: set[int]) -> str:
+    """What one global a function reads stands for in its fingerprint. Whatever a resume could run
+    differently counts (issue 33, item 8): a helper's own globals, a ``functools.partial``'s bound
+    arguments, the methods of a class defined beside the function (a notebook class)."""
+    if isinstance(value, type(os)):
+        return f"module {value.__name__}"
+    if id(value) in seen:
+        return "(recursive)"
+    if getattr(value, "func", None) is not None and hasattr(value, "args") and hasattr(value, "keywords"):
+        return "partial " + _fingerprint_digest(function_fingerprint(value, seen))
+    if hasattr(value, "__code__") and getattr(value, "__module__", None) == home:
+        # A helper defined beside it (a notebook function): its code and what it reads count.
+        return "function " + _fingerprint_digest(function_fingerprint(value, seen))
+    if isinstance(value, type) and value.__module__ == home:
+        seen.add(id(value))
+        parts = {}
+        for attribute, member in sorted(vars(value).items()):
+            if attribute in ("__dict__", "__weakref__", "__doc__", "__module__", "__qualname__"):
+                continue
+            inner = getattr(member, "__func__", None) or getattr(member, "fget", None) or member
+            parts[attribute] = (_fingerprint_digest(function_fingerprint(inner, seen)) if hasattr(inner, "__code__")
+                                else _value_digest(inner))
+        bases = [f"{base.__module__}.{base.__qualname__}" for base in value.__bases__]
+        return "class " + _digest(json.dumps([bases, parts], sort_keys=True).encode())
+    if isinstance(value, type) or callable(value) and getattr(value, "__module__", "__main__") != "__main__":
+        return f"{getattr(value, '__module__', '?')}.{getattr(value, '__qualname__', '?')}"
+    return _value_digest(value)
 
 
 def fingerprint_call(fn: Callable[..., Any], items: list[Any]) -> dict[str, Any]:

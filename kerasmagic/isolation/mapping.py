@@ -601,7 +601,15 @@ def _item_over(index: int, run: Any, book: Checkpoint | None, policy: RetryPolic
                                           result.last_output[-4000:], tries, time.time()), None)
         return False
     values[index], errors[index] = result.value, None
-    if book is not None:
+    lost = result.not_returned.get("value")
+    if book is not None and lost is not None:
+        # The worker could not send its value: None here is no result. Marked done, a resume would
+        # return that None as the item's value, silently (issue 33, item 10).
+        warnings.warn(IsolationWarning(
+            f"item [{index}]'s value did not come back from the isolated process ({lost}), so it is not "
+            f"checkpointed in {book.path}: a resume runs this item again. Return plain values (numbers, arrays, "
+            "dicts, a saved model's path)"), stacklevel=2)
+    elif book is not None:
         try:
             stored = store_value(result.value)
         except TypeError as why:

@@ -20,6 +20,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from ..death_watch import kernel_log_kill
 from ..tables import format_bytes
 from .errors import IsolatedCellError, IsolationUsageError, describe_exit
 
@@ -119,6 +120,25 @@ def fault_site(output: str) -> str | None:
     return f"{frame} ({os.path.basename(found['path'])}:{found['line']})"
 
 
+def _sigkill_cause(pid: int | None) -> str:
+    """A job's SIGKILL, from evidence about that process: the kernel log naming its pid is the OOM
+    killer's own word. A cgroup's counter (this kernel's) counts every process in it, so it never
+    says alone that the job was the one killed (issue 33, item 9).
+
+    Example:
+        >>> _sigkill_cause(None).startswith("killed by signal 9 (SIGKILL): whether the out-of-memory killer")
+        True
+    """
+    line = kernel_log_kill(pid) if isinstance(pid, int) else None
+    if line:
+        return f"killed by signal 9 (SIGKILL): the out-of-memory killer (the kernel log: \"{line.split(')', 1)[0]})\")"
+    how = ("the kernel log does not name it" if isinstance(pid, int) and os.access("/dev/kmsg", os.R_OK) else
+           "the kernel log could not be read")
+    return ("killed by signal 9 (SIGKILL): whether the out-of-memory killer did it is unknown (it had no memory "
+            f"cgroup of its own, and {how}); the OOM killer of this kernel's cgroup or the machine, or someone's "
+            "kill -9")
+
+
 def death_cause(result: Any, error: BaseException | None, *, timeout: float | None = None,
                 output: str = "") -> str:
     """Why a job ended, in words a user acts on: never just ``crash``.
@@ -153,8 +173,7 @@ def death_cause(result: Any, error: BaseException | None, *, timeout: float | No
     elif status == "crash":
         code = result.exit_code
         if code is not None and code == -signal.SIGKILL:
-            cause = ("killed by signal 9 (SIGKILL): no memory cgroup counted an OOM kill; the out-of-memory "
-                     "killer of a parent cgroup or the machine, or someone's kill -9")
+            cause = _sigkill_cause(result.worker_pid)
         elif code is not None:
             cause = describe_exit(code)
             site = fault_site(output or result.last_output) if code < 0 else None

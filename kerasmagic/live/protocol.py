@@ -331,6 +331,22 @@ def _process_tree(value: Any) -> bool:
     )
 
 
+def _memory_limit(value: Any) -> bool:
+    """A sample's ``memory_limit``: the limit, what counts against it, the headroom and the guard's
+    levels and state, or unavailable."""
+    if _is_unavailable(value):
+        return True
+    guard = value.get("guard") if isinstance(value, dict) else None
+    return (
+        isinstance(value, dict)
+        and all(_is_number(value.get(k)) for k in ("limit_bytes", "used_bytes", "headroom_bytes", "used_pct"))
+        and isinstance(value.get("source"), str)
+        and isinstance(guard, dict)
+        and isinstance(guard.get("enabled"), bool)
+        and all(_is_number(guard.get(k)) for k in ("warn_pct", "stop_pct", "warnings", "stops"))
+    )
+
+
 def _host(value: Any) -> bool:
     """A sample's ``host`` (since 1.3): the machine's memory, or unavailable."""
     if _is_unavailable(value):
@@ -431,9 +447,10 @@ _TO_FRONTEND: dict[str, tuple[dict, dict]] = {
         {"seq": _NUM, "ts": _NUM, "rss_bytes": _number_or_unavailable, "tf": _tf, "gpu": _gpu,
          "sample_cost_s": _NUM},
         # Since 1.3 (a 1.2 frontend ignores them): cpu_pct, host; since 1.4: torch, jax;
-        # since 1.5: interval_s, the interval the sample was taken at; since 1.6: process_tree.
+        # since 1.5: interval_s, the interval the sample was taken at; since 1.6: process_tree; then
+        # memory_limit (the limit, headroom and guard; the sidebar's rows for it are to come).
         {"cpu_pct": _number_or_unavailable, "host": _host, "torch": _torch, "jax": _jax, "interval_s": _NUM,
-         "process_tree": _process_tree},
+         "process_tree": _process_tree, "memory_limit": _memory_limit},
     ),
     "facts": (
         {"ts": _NUM, "execution_count": _NUM, "tf_status": _str_or_unavailable,

@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from ..guard import limit_state
 from ..probes.availability import Unavailable, guarded, to_jsonable
 from ..probes.process import host_memory, process_tree_memory
 from ..probes.sample import gpu_allocator_parts, memory_sample
@@ -137,6 +138,9 @@ def take_sample(seq: int, cpu: CpuMeter | None = None, tree: ProcessTreeMeter | 
     if cpu is not None:
         message["cpu_pct"] = to_jsonable(guarded(cpu.read, "reading CPU time"))
     message["host"] = to_jsonable(guarded(host_memory, "reading host memory"))
+    # The limit that bites and the guard's state (issue 33, item 7): a kernel at 96 % of its cgroup
+    # must not look like one on a host with 19 GiB free.
+    message["memory_limit"] = to_jsonable(guarded(limit_state, "reading the memory limit"))
     if tree is not None:
         message["process_tree"] = tree.read()
     message["sample_cost_s"] = time.perf_counter() - started

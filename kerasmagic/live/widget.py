@@ -206,6 +206,21 @@ class _ViewState:
         cpu = sample.get("cpu_pct")
         if cpu is not None:
             rows.append(("Kernel CPU", f"{cpu:.0f} %" if _is_number(cpu) else "n/a", _why(cpu)))
+        limit = sample.get("memory_limit")
+        if isinstance(limit, dict) and _is_number(limit.get("limit_bytes")):
+            # The limit that bites, before the host's free memory (issue 33, item 7).
+            guard: dict[str, Any] = limit["guard"] if isinstance(limit.get("guard"), dict) else {}
+            levels = (f"guard warns at {guard.get('warn_pct', 0):g} %, stops at {guard.get('stop_pct', 0):g} %"
+                      if guard.get("enabled") else "guard off")
+            rows.append(("Memory limit", f"{_bytes(limit.get('used_bytes'))} of {_bytes(limit.get('limit_bytes'))} "
+                         f"({limit.get('used_pct', 0):.0f} %)", f"{limit.get('source')}: {limit.get('where')}"))
+            rows.append(("Headroom", _bytes(limit.get("headroom_bytes")), levels))
+            last = guard.get("last_event")
+            if isinstance(last, dict):
+                what = "stopped" if last.get("kind") == "guard_stop" else "warned"
+                number = last.get("execution_count")
+                rows.append(("Memory guard", f"{what} cell [{number}]" if number is not None else what,
+                             f"at {_bytes(last.get('used_bytes'))} ({last.get('used_pct', 0):.0f} %)"))
         host = sample.get("host")
         if isinstance(host, dict) and "available_bytes" in host:
             rows.append(("Host available", _bytes(host.get("available_bytes")),

@@ -12,8 +12,10 @@ container without a cgroup namespace sees ``/docker/<id>`` there, and the same p
 ``/proc/self/cgroup``).
 
 The OOM-kill counter is read in the process's own cgroup: v2 counts a kill in the cgroup
-and its ancestors (``memory.events``), v1 only in the killed task's own cgroup
-(``memory.oom_control``), so the own cgroup is the one place both count our death.
+and its ancestors (``memory.events``; ``memory.events.local``, read where it exists, only
+in the cgroup itself), v1 only in the killed task's own cgroup (``memory.oom_control``), so
+the own cgroup is the one place both count our death. The counter counts every process
+of the cgroup: it alone never says *which* process was killed (:mod:`kerasmagic.death_watch`).
 
 Every function takes the ``/proc/self`` folder to read, so tests build a fake tree.
 """
@@ -26,7 +28,8 @@ from dataclasses import dataclass
 
 from .availability import Unavailable, to_jsonable
 
-__all__ = ['CgroupMemory', 'CgroupMount', 'memory_cgroup', 'parse_mountinfo', 'parse_proc_cgroup', 'read_oom_kills']
+__all__ = ['CgroupMemory', 'CgroupMount', 'memory_cgroup', 'parse_mountinfo', 'parse_proc_cgroup', 'read_oom_kills',
+           'read_shmem_bytes']
 
 # cgroup v1 reports "no limit" as a page-rounded LONG_MAX; anything above 2**60 is no limit.
 _NO_LIMIT_ABOVE = 2**60
@@ -64,6 +67,9 @@ class CgroupMemory:
     limit_file: str
     oom_kill_file: str
     oom_kills: int | Unavailable
+    #: ``memory.stat`` of the limiting cgroup: its ``shmem`` (tmpfs, ``/dev/shm``) counts against the
+    #: limit but is in no process's RSS until mapped.
+    stat_file: str = ""
 
     def to_dict(self) -> dict:
         """The JSON-able wire form."""
@@ -162,6 +168,29 @@ def read_oom_kills(path: str) -> int | Unavailable:
     return Unavailable("not_supported", f"{path} has no oom_kill count (Linux before 4.13?)")
 
 
+def read_shmem_bytes(path: str) -> int | None:
+    """The tmpfs / shared memory a cgroup is charged for (``memory.stat``: v1 ``total_shmem``, the
+    cgroup and its children; v2 ``shmem``, hierarchical already); None where it cannot be read.
+
+    Example:
+        >>> read_shmem_bytes("/nonexistent/memory.stat") is None
+        True
+    """
+    try:
+        text = _read_text(path)
+    except OSError:
+        return None
+    values = {}
+    for line in text.splitlines():
+        key, _, value = line.partition(" ")
+        if key in ("total_shmem", "shmem"):
+            try:
+                values[key] = int(value)
+            except ValueError:
+                continue
+    return values.get("total_shmem", values.get("shmem"))
+
+
 def _own_folder(mount: CgroupMount, path: str) -> str | None:
     """The folder of cgroup ``path`` under ``mount``; None if the mount does not show it."""
     root = mount.root.rstrip("/")
@@ -232,6 +261,11 @@ def _walk(mount: CgroupMount, folder: str, path: str, version: int, limit_name: 
     if not read_any and version == 2:
         return Unavailable("not_supported", "the cgroup v2 memory controller is not enabled for this cgroup")
     oom_file = os.path.join(folder, oom_name)
+    local = oom_file + ".local"
+    if version == 2 and os.path.exists(local):
+        # v2's memory.events counts kills in the cgroup's descendants too; .local (Linux 5.7+) only
+        # its own processes: nearer to "this kernel" (issue 33).
+        oom_file = local
     return CgroupMemory(
         version=version,
         cgroup=path,
@@ -240,4 +274,5 @@ def _walk(mount: CgroupMount, folder: str, path: str, version: int, limit_name: 
         limit_file=lowest[2] if lowest else os.path.join(folder, limit_name),
         oom_kill_file=oom_file,
         oom_kills=read_oom_kills(oom_file),
+        stat_file=os.path.join(os.path.dirname(lowest[2]) if lowest else folder, "memory.stat"),
     )

@@ -19,7 +19,8 @@ from .availability import Unavailable, guarded
 from .cgroup import memory_cgroup
 
 __all__ = ['PeakRss', 'child_pids', 'child_processes_memory', 'container_limit_bytes', 'descendant_pids',
-           'high_water_rss_bytes', 'host_memory', 'process_tree_memory', 'pss_uss_bytes', 'rss_bytes', 'snapshot']
+           'high_water_rss_bytes', 'host_memory', 'process_tree_memory', 'pss_uss_bytes', 'rss_bytes',
+           'rss_shmem_bytes', 'snapshot']
 
 _STATUS_PATH = "/proc/self/status"
 _CLEAR_REFS_PATH = "/proc/self/clear_refs"
@@ -52,6 +53,24 @@ def pid_exists(pid: int) -> bool:
     except PermissionError:
         return True  # it exists, it is just not ours to signal
     return True
+
+
+def rss_shmem_bytes() -> int:
+    """The shared memory (tmpfs, ``/dev/shm``) mapped into this process's RSS (``RssShmem``); 0
+    where it cannot be read.
+
+    Example:
+        >>> rss_shmem_bytes() >= 0
+        True
+    """
+    try:
+        with open("/proc/self/status", "rb") as status:
+            for line in status:
+                if line.startswith(b"RssShmem:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
 
 
 def rss_bytes() -> int:

@@ -819,3 +819,26 @@ def test_ray_shutdown_during_a_job_ends_it_in_words_and_starts_no_cluster(cluste
             ray.init(address=cluster.address, log_to_driver=False, logging_level="ERROR")
     # Connected again, the next job gets new agents.
     assert run_isolated("x = 1", on="ray").outputs == {"x": 1}
+
+
+def test_a_grpc_server_that_is_not_a_ray_head_fails_in_seconds_and_says_so():
+    # Issue 33, item 11: any gRPC server (a Ray Client port given without ray://, another service)
+    # answered HTTP/2's preface, passed the check, and ray.init then retried for over 300 s.
+    from concurrent import futures
+
+    import grpc
+
+    from kerasmagic.isolation.cluster.target import check_reachable
+    from kerasmagic.isolation.errors import IsolationUsageError
+
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=1))
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        started = time.monotonic()
+        with pytest.raises(IsolationUsageError, match="a gRPC server listens at .* but it is not a Ray cluster's "
+                                                      "head \\(it has no Ray GCS service\\)"):
+            check_reachable(f"127.0.0.1:{port}")
+        assert time.monotonic() - started < 6
+    finally:
+        server.stop(0)

@@ -441,3 +441,21 @@ def test_the_watch_reads_no_attribute_of_the_users_objects_past_their_type(shell
         warnings.simplefilter("always")
         _run(shell, "x = 1", times=2)
     assert not [str(w.message) for w in shown if "deprecated" in str(w.message)]
+
+
+def test_a_reloaded_module_still_unloads_its_hooks_and_loads_them_once(shell):
+    # Issue 33, item 10: after importlib.reload(kerasmagic.leak_watch), unload then load left the
+    # old watch's pre_run_cell registered beside the new one's.
+    import importlib
+
+    def watches() -> int:
+        return sum(type(getattr(hook, "__self__", None)).__name__ == "LeakWatch"
+                   for hook in shell.events.callbacks["pre_run_cell"])
+
+    importlib.reload(leak_watch)
+    shell.run_line_magic("unload_ext", "kerasmagic")
+    try:
+        assert watches() == 0
+    finally:
+        shell.run_line_magic("load_ext", "kerasmagic")
+    assert watches() == 1

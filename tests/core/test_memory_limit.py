@@ -142,13 +142,23 @@ def test_user_limit_environment_and_refusal_below_rss(monkeypatch):
         with pytest.raises(ValueError, match="below what this kernel uses now"):
             limits.set_memory_limit("1KiB")
         chosen = limits.set_memory_limit("16GiB")
-        assert chosen.source in ("user", "cgroup") and chosen.headroom_bytes == chosen.limit_bytes - chosen.rss_bytes
+        assert chosen.source in ("user", "cgroup") and chosen.headroom_bytes == chosen.limit_bytes - chosen.used_bytes
         if chosen.source == "user":
             assert chosen.limit_bytes == 16 * GIB
     finally:
         limits.set_memory_limit(None)
     monkeypatch.setenv(limits.ENV_VAR, "plenty")
     assert limits.memory_limit().source in ("cgroup", "host")  # a bad variable is ignored (said once)
+
+
+def test_an_environment_limit_below_the_kernels_use_is_refused_in_one_line(monkeypatch, capsys):
+    # Issue 33, item 10: accepted before, then every cell that grew was stopped "at 195 %".
+    monkeypatch.setenv(limits.ENV_VAR, "1031KiB")
+    assert limits.memory_limit().source in ("cgroup", "host")
+    assert limits.memory_limit().source in ("cgroup", "host")
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "KERASMAGIC_MEMORY_LIMIT='1031KiB' is ignored" in err[0], err
+    assert "below what this kernel uses now" in err[0] and "%tf_mem --limit" in err[0], err
 
 
 # ---- the guard's decisions ------------------------------------------------------------------------------
@@ -214,17 +224,55 @@ def test_a_record_is_private_bounded_and_told_once(tmp_path):
     assert postmortem.previous_deaths(str(folder), "/me/other.ipynb") == []
 
 
-def test_oom_counter_rise_names_the_oom_killer_and_no_rise_says_exited(tmp_path):
+def test_a_counter_rise_alone_is_no_oom_verdict_only_the_watchers_facts_are(tmp_path):
+    # Issue 33, item 2: the cgroup's counter rises for any process's OOM kill; read after the death
+    # it said "killed by the out-of-memory killer" for a kernel killed by kill -9.
     folder = tmp_path / "records"
     counter = tmp_path / "memory.oom_control"
     counter.write_text("oom_kill 1\n")
     path = _dead_record(folder, "/me/b.ipynb", _oom=(str(counter), 0))
     record = postmortem.previous_deaths(str(folder), "/me/b.ipynb")[0]
-    assert "killed by the out-of-memory killer at 3.00 GiB of a 4.00 GiB limit" in postmortem.explain(record)
-    counter.write_text("oom_kill 0\n")
-    assert "exited unexpectedly" in postmortem.explain(record)
+    told = postmortem.explain(record)
+    assert "cause unknown: nothing watched it die" in told and "killed by the out-of-memory" not in told, told
+    assert "(;" not in told and "3.00 GiB of a 4.00 GiB limit" in told, told
+    facts = {"died_ts": 5.0, "signal": 9, "oom_kills_before": 1, "oom_kills_at_death": 2}
+    told = postmortem.explain({**record, "death": facts})
+    assert "killed by the out-of-memory killer: it died of SIGKILL, as its cgroup counted an OOM kill" in told, told
+    told = postmortem.explain({**record, "death": {**facts, "oom_kills_before": 2}})
+    assert "killed with SIGKILL, not by the out-of-memory killer" in told, told
+    told = postmortem.explain({**record, "death": {**facts, "signal": 11, "oom_kills_before": 2}})
+    assert "killed by SIGSEGV (a crash in native code)" in told, told
+    line = "Memory cgroup out of memory: Killed process 42 (python) total-vm:1kB, anon-rss:1077852kB, file-rss:1kB"
+    told = postmortem.explain({**record, "death": {**facts, "oom_kills_before": None, "kernel_log": line}})
+    assert "killed by the out-of-memory killer at 1.03 GiB of a 4.00 GiB limit (the kernel log: \"Memory cgroup " \
+           "out of memory: Killed process 42 (python)\")" in told, told
     postmortem.forget(path)
     assert postmortem.previous_deaths(str(folder), "/me/b.ipynb") == []
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc and pidfds")
+def test_the_watcher_writes_the_signal_and_the_counters_at_the_death(tmp_path):
+    from kerasmagic import death_watch
+
+    counter = tmp_path / "memory.oom_control"
+    counter.write_text("oom_kill 3\n")
+    record = tmp_path / "k-1.json"
+    record.write_text("{}")
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    watcher = subprocess.Popen([sys.executable, "-I", "-S", death_watch.__file__, str(child.pid), str(record),
+                                str(counter)])
+    try:
+        time.sleep(0.5)  # the watcher's first reading
+        child.kill()  # not reaped until the watcher has written: it reads the zombie's status
+        assert watcher.wait(30) == 0
+        facts = json.loads((tmp_path / "k-1.death").read_text())
+    finally:
+        child.kill()
+        child.wait()
+        watcher.kill()
+        watcher.wait()
+    assert facts["pid"] == child.pid and facts["signal"] == 9, facts
+    assert facts["oom_kills_before"] == facts["oom_kills_at_death"] == 3, facts
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="giving a file to another user needs root")
@@ -313,7 +361,7 @@ def test_a_cell_that_jumps_past_the_warning_band_is_warned_before_it_is_stopped(
 
     readings = iter([800, 990, 990])  # MiB of a 1000 MiB limit: fast, stop, stop (confirmed)
     monkeypatch.setattr(guard, "memory_limit", lambda: SimpleNamespace(
-        rss_bytes=next(readings) * 2**20, limit_bytes=1000 * 2**20, used_pct=99.0, where="a test",
+        used_bytes=next(readings) * 2**20, limit_bytes=1000 * 2**20, used_pct=99.0, where="a test",
         to_dict=lambda: {}))
     watcher = guard.MemoryGuard(ipython)
     said: list[str] = []
@@ -324,3 +372,21 @@ def test_a_cell_that_jumps_past_the_warning_band_is_warned_before_it_is_stopped(
         watcher.tick()
     assert [kind for kind, _ in said] == ["warn", "stop"], said
     assert "cell [7] grew" in said[0][1] and "the guard stops the cell" in said[0][1]
+
+
+def test_fast_growth_far_below_the_warning_band_is_read_faster(ipython, monkeypatch):
+    # Issue 33, item 5: at 30 % → 60 % of the limit in a quarter second, the old guard read again in
+    # a second (below 75 %: "ok"), when the cell had long reached the limit and been OOM-killed.
+    from types import SimpleNamespace
+
+    readings = iter([300, 600])  # MiB of a 1000 MiB limit
+    clock = iter([100.0, 100.25])
+    monkeypatch.setattr(guard.time, "monotonic", lambda: next(clock))
+    monkeypatch.setattr(guard, "memory_limit", lambda: SimpleNamespace(
+        used_bytes=next(readings) * 2**20, limit_bytes=1000 * 2**20, used_pct=60.0, where="a test",
+        to_dict=lambda: {}))
+    watcher = guard.MemoryGuard(ipython)
+    watcher._cell = guard._Cell(number=7, first_line="grow()", start_rss=0, parent=None)
+    assert watcher.tick() <= guard.CELL_INTERVAL_S
+    # 1.2 GiB/s with 350 MiB to go: about 0.3 s left, read at a quarter of it.
+    assert watcher.tick() <= 0.1

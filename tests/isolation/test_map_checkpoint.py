@@ -8,6 +8,7 @@ test_map_resume_in_new_kernel.py.
 from __future__ import annotations
 
 import os
+import threading
 import warnings
 
 import pytest
@@ -241,6 +242,21 @@ def test_a_value_that_cannot_be_stored_is_said_when_it_comes_back(tmp_path):
     assert again.restored == [True, False, True]
 
 
+def lock_on_one(item):
+    return threading.Lock() if item == 1 else item
+
+
+def test_a_value_that_does_not_come_back_is_not_marked_done(tmp_path):
+    # Issue 33, item 10: the worker could not send its value, the kernel got None, and the checkpoint
+    # kept None as item [1]'s result: a resume returned it silently.
+    path = tmp_path / "cv.kmrun"
+    with pytest.warns(IsolationWarning, match=r"item \[1\]'s value did not come back .* not checkpointed"):
+        isolated_map(lock_on_one, range(3), checkpoint=path, progress=False)
+    with pytest.warns(IsolationWarning, match=r"item \[1\]'s value did not come back"):  # ran again
+        again = isolated_map(lock_on_one, range(3), checkpoint=path, progress=False)
+    assert again.restored == [True, False, True]
+
+
 def hundred_kib(item):
     return bytes(100 * 1024)
 
@@ -292,3 +308,40 @@ def test_bad_resume_and_retry_options_are_refused_before_anything_runs(tmp_path)
     with pytest.raises(IsolationUsageError, match="retry_on takes"):
         isolated_map(abs, [1], retries=1, retry_on=["sometimes"])
     assert not (tmp_path / "a.kmrun").exists()
+
+
+NOTEBOOK = """
+import functools
+SCALE = 1000
+def helper(x):
+    return x * SCALE
+def run(x):
+    return helper(x)
+def power(x, exponent):
+    return x ** exponent
+squared = functools.partial(power, exponent=2)
+def run_partial(x):
+    return squared(x)
+class Model:
+    def score(self, x):
+        return x + 1
+def run_class(x):
+    return Model().score(x)
+"""
+
+
+@pytest.mark.parametrize("fn, change, named", [
+    ("run", "SCALE = 3000", "helper"),  # a global only the helper reads
+    ("run_partial", "squared = functools.partial(power, exponent=3)", "squared"),  # a partial's bound argument
+    ("run_class", "class Model:\n    def score(self, x):\n        return x + 2", "Model"),  # a notebook class's method
+])
+def test_a_change_the_function_reaches_through_a_helper_partial_or_class_is_refused(tmp_path, fn, change, named):
+    # Issue 33, item 8: truncate, change, rerun gave [0, 1, 2, 3000]: old and new results mixed.
+    namespace: dict = {"__name__": "__main__"}
+    exec(NOTEBOOK, namespace)  # noqa: S102 - a notebook's cells, as a kernel runs them
+    path = tmp_path / "cv.kmrun"
+    Checkpoint.open(str(path), fingerprint_call(namespace[fn], [1, 2]), resume=True).close()
+    Checkpoint.open(str(path), fingerprint_call(namespace[fn], [1, 2]), resume=True).close()  # unchanged: accepted
+    exec(change, namespace)  # noqa: S102
+    with pytest.raises(CheckpointError, match=f"what it uses changed: {named}"):
+        Checkpoint.open(str(path), fingerprint_call(namespace[fn], [1, 2]), resume=True)

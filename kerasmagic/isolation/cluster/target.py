@@ -240,6 +240,44 @@ def check_reachable(address: str, timeout: float = REACH_TIMEOUT_S) -> None:
             f"something listens at {address} but it is not a Ray cluster's head ({said}); give the head's GCS "
             "address (`ray status` on the head node prints it; 6379 by default), or use on='ray-local' to try it "
             "on this machine")
+    # Any gRPC server answers the preface: a Ray Client server (port 10001, which wants ray://) or
+    # another service left ray.init retrying for 300 s (issue 33, item 11). Ask for the GCS's own
+    # method: only a Ray head's GCS has it.
+    said = _gcs_answer(where, max(0.5, deadline - time.monotonic()))
+    if said:
+        raise IsolationUsageError(
+            f"a gRPC server listens at {address} but it is not a Ray cluster's head ({said}); give the head's GCS "
+            "address (`ray status` on the head node prints it; 6379 by default; a Ray Client port such as 10001 "
+            "takes ray://, which on='ray' does not use), or use on='ray-local' to try it on this machine")
+
+
+_GCS_METHOD = "/ray.rpc.NodeInfoGcsService/GetClusterId"  # Ray 2.8+; an empty request is a valid one
+
+
+def _gcs_answer(where: tuple[str, int], timeout: float) -> str:
+    """Why the gRPC server at ``where`` is not a Ray GCS, in words; "" where it is one, or where
+    this cannot be asked (no grpc module: Ray brings it, so that is no Ray either way)."""
+    try:
+        import grpc  # type: ignore[import-untyped,unused-ignore]  # noqa: PLC0415 - Ray's dependency, loaded only to check an address
+    except ImportError:
+        return ""
+    host, port = where
+    target = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    channel = grpc.insecure_channel(target)
+    try:
+        call = channel.unary_unary(_GCS_METHOD, request_serializer=lambda request: request,
+                                   response_deserializer=lambda data: data)
+        call(b"", timeout=timeout)
+        return ""
+    except grpc.RpcError as exc:
+        code = exc.code() if callable(getattr(exc, "code", None)) else None
+        if code == grpc.StatusCode.UNIMPLEMENTED:
+            return "it has no Ray GCS service"
+        if code in (grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.UNAVAILABLE):
+            return f"it did not answer a GCS request within {timeout:.0f} s ({code.name})"
+        return ""  # an answer from a GCS that refuses us (authentication, a newer Ray): ray.init says why
+    finally:
+        channel.close()
 
 
 _HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"

@@ -1,0 +1,213 @@
+"""A small process that watches the kernel die and writes down, at that moment, how it died.
+
+A kernel killed with SIGKILL writes nothing more, and the cgroup's OOM-kill counter read later
+(by the next kernel, or from a reading the dead kernel took seconds before) cannot say whose kill
+it counted: any process in the cgroup (another kernel, an isolated job) raises it. So kerasmagic
+starts this watcher beside each kernel (``python -I -S death_watch.py ...``, its own session, so a
+signal to the kernel's process group does not reach it). It waits on the kernel's pidfd and reads
+the counter every :data:`POLL_S` seconds; when the kernel dies it reads, at once:
+
+- the kernel's exit status from ``/proc/<pid>/stat`` (field 52, readable while the dead kernel is a
+  zombie, which is until its server reaps it: the pidfd wakes the watcher first);
+- the OOM-kill counter again: a rise since the reading just before the death ties the kill to it;
+- the kernel log (``/dev/kmsg``, where readable): ``Killed process <pid>`` names the victim.
+
+It writes these facts next to the kernel's record (``<record>.death``, 0600) and exits; where the
+record is gone (a clean end deletes it first) it writes nothing. :mod:`kerasmagic.postmortem` turns
+them into a verdict. This file imports nothing from kerasmagic: it runs as a script, in a process
+that must stay small (it lives in the kernel's memory cgroup).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import select
+import signal
+import sys
+import time
+
+__all__ = ['POLL_S', 'death_path', 'exit_status', 'kernel_log_kill', 'main', 'read_counter']
+
+#: How often the counter is read while the kernel lives: another process's OOM kill more than
+#: this long before the kernel's death is never taken for the kernel's.
+POLL_S = 0.2
+#: The kernel log is read up to this many bytes (the ring buffer is 128 KiB–a few MiB).
+_KMSG_LIMIT = 4 * 2**20
+
+
+def death_path(record_path: str) -> str:
+    """Where the watcher writes its facts for a record file (hidden from the record listing).
+
+    Example:
+        >>> death_path("/r/abc-42.json")
+        '/r/abc-42.death'
+    """
+    base = record_path[:-5] if record_path.endswith(".json") else record_path
+    return base + ".death"
+
+
+def read_counter(path: str) -> int | None:
+    """The ``oom_kill`` count in a ``memory.events(.local)`` or ``memory.oom_control`` file; None
+    where it cannot be read.
+
+    Example:
+        >>> read_counter("/nonexistent") is None
+        True
+    """
+    if not path:
+        return None
+    try:
+        with open(path) as file:
+            for line in file:
+                key, _, value = line.partition(" ")
+                if key == "oom_kill":
+                    return int(value)
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+def exit_status(pid: int) -> int | None:
+    """A zombie's wait status (``/proc/<pid>/stat`` field 52, Linux 3.5+); None once it is reaped
+    or where it cannot be read.
+
+    Example:
+        >>> exit_status(os.getpid()) in (None, 0)      # a live process has none yet
+        True
+    """
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as file:
+            fields = file.read().rsplit(b")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    # After ")": field 3 (state) is fields[0], so field 52 is fields[49].
+    if len(fields) < 50 or fields[0] not in (b"Z", b"X"):
+        return None
+    try:
+        return int(fields[49])
+    except ValueError:
+        return None
+
+
+def kernel_log_kill(pid: int, text: str | None = None) -> str | None:
+    """The kernel log's line that says the OOM killer killed ``pid``; None where it does not say so
+    or cannot be read (``/dev/kmsg`` needs root or ``CAP_SYSLOG`` on most systems).
+
+    Example:
+        >>> kernel_log_kill(8726, "3,1,5,-;Memory cgroup out of memory: Killed process 8726 (python) total-vm:1kB")
+        'Memory cgroup out of memory: Killed process 8726 (python) total-vm:1kB'
+        >>> kernel_log_kill(872, "3,1,5,-;Memory cgroup out of memory: Killed process 8726 (python)") is None
+        True
+    """
+    if text is None:
+        text = _read_kmsg()
+        if text is None:
+            return None
+    found = None
+    pattern = re.compile(rf"(?:Killed process|Memory cgroup out of memory: Killed process) {pid}\b")
+    for line in text.splitlines():
+        message = line.split(";", 1)[1] if ";" in line else line
+        if pattern.search(message):
+            found = message.strip()
+    return found
+
+
+def _read_kmsg() -> str | None:
+    try:
+        descriptor = os.open("/dev/kmsg", os.O_RDONLY | os.O_NONBLOCK)
+    except OSError:
+        return None
+    chunks: list[bytes] = []
+    size = 0
+    try:
+        while size < _KMSG_LIMIT:
+            try:
+                chunk = os.read(descriptor, 8192)  # one record per read
+            except BlockingIOError:
+                break
+            except OSError:  # EPIPE: records overwritten while reading; go on with the next
+                continue
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    finally:
+        os.close(descriptor)
+    return b"".join(chunks).decode("utf-8", "replace")
+
+
+def _wait_for_death(pid: int, oom_file: str) -> tuple[int | None, float]:
+    """Block until ``pid`` exits; returns the counter as read just before the death and when."""
+    before, before_ts = read_counter(oom_file), time.time()
+    pidfd = None
+    try:
+        pidfd = os.pidfd_open(pid)  # Linux 5.3+, Python 3.9+
+    except (AttributeError, OSError):
+        pidfd = None
+    try:
+        while True:
+            if pidfd is not None:
+                ready, _, _ = select.select([pidfd], [], [], POLL_S)
+                if ready:
+                    return before, before_ts
+            else:
+                time.sleep(POLL_S)
+                try:
+                    os.kill(pid, 0)
+                except ProcessLookupError:
+                    return before, before_ts
+                except PermissionError:
+                    pass
+                if exit_status(pid) is not None:
+                    return before, before_ts
+            before, before_ts = read_counter(oom_file), time.time()
+    finally:
+        if pidfd is not None:
+            os.close(pidfd)
+
+
+def _write_private(path: str, data: bytes) -> None:
+    temporary = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.tmp")
+    descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0), 0o600)
+    try:
+        os.write(descriptor, data)
+    finally:
+        os.close(descriptor)
+    os.replace(temporary, path)
+
+
+def main(argv: list[str]) -> int:
+    """``death_watch.py PID RECORD_PATH OOM_FILE``: watch, then write ``<record>.death``."""
+    pid, record_path, oom_file = int(argv[0]), argv[1], argv[2] if len(argv) > 2 else ""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C meant for the kernel is not ours
+    try:
+        with open("/proc/self/oom_score_adj", "w") as adj:
+            adj.write("-1000")  # root only: the OOM killer must take the kernel, not its witness
+    except OSError:
+        pass
+    before, before_ts = _wait_for_death(pid, oom_file)
+    died_ts = time.time()
+    status = exit_status(pid)
+    at_death = read_counter(oom_file)
+    if not os.path.exists(record_path):
+        return 0  # a clean end: the kernel deleted its record before it exited
+    log_line = kernel_log_kill(pid)
+    facts = {
+        "pid": pid, "died_ts": round(died_ts, 3),
+        "wait_status": status,
+        "signal": (status & 0x7F) or None if status is not None else None,
+        "exit_code": (status >> 8) & 0xFF if status is not None and not status & 0x7F else None,
+        "oom_file": oom_file or None,
+        "oom_kills_before": before, "oom_kills_before_ts": round(before_ts, 3),
+        "oom_kills_at_death": at_death,
+        "kernel_log": log_line,
+        "kernel_log_readable": os.access("/dev/kmsg", os.R_OK),
+    }
+    _write_private(death_path(record_path), json.dumps(facts).encode())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
