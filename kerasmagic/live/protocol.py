@@ -1,8 +1,12 @@
 """The ``kerasmagic.live`` wire protocol: names, version, and validation of both directions.
 
-The written contract is ``docs/protocol.md``; the JSON fixtures in
-``tests/protocol_fixtures/`` are checked against :func:`validate` here and against the
-TypeScript guards in ``labextension/src/protocol.ts``.
+Every message is defined once, in the JSON Schema ``protocol.schema.json`` beside this module
+(draft 2020-12, shipped in the wheel): the sidebar's TypeScript types are generated from it,
+and the tests hold to it the JSON fixtures in ``tests/protocol_fixtures/``, a real kernel's
+messages, ``docs/protocol.md`` and the tables below (same methods, same required and optional
+fields). The kernel checks what it receives with these small checks rather than the schema, so
+that ``jsonschema`` stays a test dependency; the same fixtures also run through
+:func:`validate` here and the TypeScript guards in ``labextension/src/protocol.ts``.
 """
 
 from __future__ import annotations
