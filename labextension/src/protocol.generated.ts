@@ -4,7 +4,7 @@
  */
 
 /**
- * Every message of the `kerasmagic.live` comm protocol 1.6.0, both directions: the one source for kerasmagic/live/protocol.py's tests, the TypeScript types (jlpm gen:protocol) and docs/protocol.md's check. Extra fields are allowed (a newer minor version may add them).
+ * Every message of the `kerasmagic.live` comm protocol 1.7.0, both directions: the one source for kerasmagic/live/protocol.py's tests, the TypeScript types (jlpm gen:protocol) and docs/protocol.md's check. Extra fields are allowed (a newer minor version may add them).
  */
 export type LiveProtocol = FrontendMessage | KernelMessage;
 /**
@@ -117,6 +117,10 @@ export interface ISample {
    * Since 1.6, while a panel looks: PSS and the child processes, read every few seconds.
    */
   process_tree?: IProcessTree | IUnavailable;
+  /**
+   * Since 1.7, only where NVML's figure for the kernel has a framework's pool to subtract.
+   */
+  gpu_context?: IGpuContext;
 }
 /**
  * A value a probe cannot give, and why.
@@ -219,6 +223,14 @@ export interface IJaxDevice {
    * pool − in use.
    */
   held_unused_bytes: number | null;
+  /**
+   * Since 1.7: the story the pool tells (kerasmagic.probes.jax_devices.pool_story): `preallocated`, `preallocated_off_now`, `preallocated_fraction_now`, `grown`, `grown_platform_now` or `unknown` (a newer kernel may add others).
+   */
+  pool_story?: string;
+  /**
+   * Since 1.7: the variables set now that the story's advice names (`XLA_PYTHON_CLIENT_PREALLOCATE=false`), '' where it names none.
+   */
+  named_now?: string;
 }
 /**
  * Since 1.6: the kernel's PSS and its child processes' memory as of `ts`: what reconciles the kernel's RSS with `top` and jupyter-resource-usage.
@@ -229,6 +241,20 @@ export interface IProcessTree {
   children_count: number;
   children_rss_bytes: number;
   children_pss_bytes: MaybeNumber;
+}
+/**
+ * Since 1.7: what NVML counts for the kernel beyond every framework's pool (the CUDA context and the libraries' buffers), as `%tf_mem` estimates it (kerasmagic.probes.sample.cuda_context).
+ */
+export interface IGpuContext {
+  context_bytes: number;
+  /**
+   * True where TensorFlow's pool is among those subtracted: TF reports its pool only as at least its high-water mark.
+   */
+  upper_bound: boolean;
+  /**
+   * The pools subtracted, in order: `torch_reserved`, `jax_pool`, `tf_pool` (a newer kernel may add others).
+   */
+  pools: string[];
 }
 /**
  * Keras and graph facts, read on the kernel's main thread after every cell while a listener is visible.

@@ -7,7 +7,7 @@
 
 export const TARGET_NAME = 'kerasmagic.live';
 /** Bumped independently of the package version: major = incompatible, minor = additive. */
-export const PROTOCOL_VERSION = '1.6.0';
+export const PROTOCOL_VERSION = '1.7.0';
 export const MIN_INTERVAL_S = 0.1;
 export const MAX_INTERVAL_S = 60;
 
@@ -25,6 +25,7 @@ export type {
   IErrorMessage,
   IEvent,
   IFacts,
+  IGpuContext,
   IGpuDevice,
   IHello,
   IHistory,
@@ -233,6 +234,14 @@ const processTree: Check = v =>
     numberOrUnavailable(v.pss_bytes) &&
     numberOrUnavailable(v.children_pss_bytes));
 
+/** A sample's `gpu_context` (since 1.7): NVML's figure for the kernel less the pools. */
+const gpuContext: Check = v =>
+  isObject(v) &&
+  isNumber(v.context_bytes) &&
+  typeof v.upper_bound === 'boolean' &&
+  Array.isArray(v.pools) &&
+  v.pools.every(isString);
+
 /** A framework allocator's `{status, devices: {name: {field: value}}}` (since 1.4). */
 function frameworkDevices(
   v: unknown,
@@ -341,14 +350,15 @@ const TO_FRONTEND: { [method: string]: IFieldSpec } = {
       sample_cost_s: isNumber
     },
     // Since 1.3 (a 1.2 frontend ignores them): cpu_pct, host; since 1.4: torch, jax;
-    // since 1.5: interval_s; since 1.6: process_tree.
+    // since 1.5: interval_s; since 1.6: process_tree; since 1.7: gpu_context.
     optional: {
       cpu_pct: numberOrUnavailable,
       host,
       torch,
       jax,
       interval_s: isNumber,
-      process_tree: processTree
+      process_tree: processTree,
+      gpu_context: gpuContext
     }
   },
   facts: {

@@ -59,7 +59,11 @@ def test_every_method_of_the_schema_is_documented_and_no_other():
 
 #: Fields the kernel sends that docs/protocol.md does not name yet (reported for the docs move;
 #: the test fails once the doc names one, so that it leaves this list).
-KNOWN_UNDOCUMENTED = {"utilisation_pct"}  # NVML's utilisation on a sample's gpu device
+KNOWN_UNDOCUMENTED = {
+    "utilisation_pct",  # NVML's utilisation on a sample's gpu device
+    # Protocol 1.7 (the kernel's story codes), written while docs/ moves to its site.
+    "gpu_context", "context_bytes", "upper_bound", "pools", "named_now",  # (`pool_story` is named as a function)
+}
 
 
 def test_every_field_of_the_schema_is_documented():
