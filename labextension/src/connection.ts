@@ -16,8 +16,8 @@ import {
   SeriesHistory,
   upsertCellRun
 } from './history';
-import { allocatorInUse } from './gpu';
 import { JobTable } from './jobs';
+import { recordFacts, recordSample } from './series';
 import {
   IClearReport,
   IDeath,
@@ -30,16 +30,13 @@ import {
   ICellGrowth,
   ICellRunData,
   IClearResult,
-  IDeviceAllocator,
   IEvent,
   IFacts,
   IHello,
   IHistory,
   ISample,
   isCompatible,
-  isNumber,
   isUnavailable,
-  MaybeNumber,
   minorOf,
   PROTOCOL_VERSION,
   TARGET_NAME,
@@ -55,6 +52,14 @@ import {
 } from './subshell';
 
 export type { ICellRun, IMark } from './history';
+export {
+  isGpuDevice,
+  recordFacts,
+  recordSample,
+  SERIES,
+  sumDevices,
+  sumGpu
+} from './series';
 export type { IClearReport, IDeath, IHostMemory, IKernelRecord } from './store';
 
 /** Why the sidebar shows what it shows; each case has its own empty-state message. */
@@ -82,83 +87,11 @@ export interface IWaitingState {
   kernelImplementation: string | null;
 }
 
-/** Series names the panel draws; bytes unless the name says otherwise. */
-export const SERIES = {
-  rss: 'rss',
-  tfInUse: 'tf_in_use',
-  tfHeld: 'tf_held',
-  /** What the allocators have in use on the GPUs: TF in use + torch allocated + JAX in use. */
-  gpuAllocInUse: 'gpu_allocators_in_use',
-  nvmlProcess: 'nvml_process',
-  nvmlUsed: 'nvml_used',
-  customGradients: 'custom_gradient_entries',
-  liveModels: 'live_models_count',
-  /** The kernel process's CPU use, % of one core (protocol 1.3+). */
-  cpu: 'cpu_pct'
-} as const;
-
 export namespace LiveConnection {
   export interface IOptions {
     intervalS: number;
     historyMinutes: number;
   }
-}
-
-/** Sum one allocator field over the devices `select` keeps; null when none has a number. */
-export function sumDevices(
-  tf: ISample['tf'],
-  field: keyof IDeviceAllocator,
-  select: (device: string) => boolean
-): number | null {
-  if (isUnavailable(tf)) {
-    return null;
-  }
-  let total: number | null = null;
-  for (const [name, device] of Object.entries(tf.devices)) {
-    const value: MaybeNumber = device[field];
-    if (select(name) && isNumber(value)) {
-      total = (total ?? 0) + value;
-    }
-  }
-  return total;
-}
-
-export const isGpuDevice = (name: string): boolean => /GPU/i.test(name);
-
-/** Sum one NVML field over the devices; null when none has a number. */
-export function sumGpu(
-  gpu: ISample['gpu'],
-  field: 'used_bytes' | 'total_bytes' | 'process_used_bytes'
-): number | null {
-  if (isUnavailable(gpu)) {
-    return null;
-  }
-  let total: number | null = null;
-  for (const device of gpu) {
-    if (!isUnavailable(device) && isNumber(device[field])) {
-      total = (total ?? 0) + (device[field] as number);
-    }
-  }
-  return total;
-}
-
-/** Add one sample's numbers to the history (a null is a gap in the sparkline). */
-export function recordSample(history: SeriesHistory, sample: ISample): void {
-  const ts = sample.ts;
-  history.add(
-    SERIES.rss,
-    ts,
-    isNumber(sample.rss_bytes) ? sample.rss_bytes : null
-  );
-  const cpu = (name: string) => !isGpuDevice(name);
-  const inUse = sumDevices(sample.tf, 'in_use_bytes', cpu);
-  const unused = sumDevices(sample.tf, 'held_unused_min_bytes', cpu);
-  history.add(SERIES.tfInUse, ts, inUse);
-  history.add(SERIES.tfHeld, ts, inUse === null ? null : inUse + (unused ?? 0));
-  history.add(SERIES.gpuAllocInUse, ts, allocatorInUse(sample));
-  history.add(SERIES.nvmlProcess, ts, sumGpu(sample.gpu, 'process_used_bytes'));
-  history.add(SERIES.nvmlUsed, ts, sumGpu(sample.gpu, 'used_bytes'));
-  history.add(SERIES.cpu, ts, isNumber(sample.cpu_pct) ? sample.cpu_pct : null);
 }
 
 /** A sample's host memory, or null where it has none (unavailable, or a 1.2 kernel). */
@@ -191,22 +124,6 @@ export function cellRunOf(run: ICellRunData): ICellRun {
  */
 export function gapAfterS(intervalS: number): number {
   return Math.max(3 * intervalS, intervalS + 2.5);
-}
-
-/** Add one facts message's numbers to the history. */
-export function recordFacts(history: SeriesHistory, facts: IFacts): void {
-  const entries = facts.custom_gradient_entries;
-  history.add(
-    SERIES.customGradients,
-    facts.ts,
-    isNumber(entries) ? entries : null
-  );
-  const models = facts.live_models;
-  history.add(
-    SERIES.liveModels,
-    facts.ts,
-    Array.isArray(models) ? models.length : null
-  );
 }
 
 /**

@@ -26,13 +26,7 @@ import { rssReconciliation } from './reconcile';
 import { waitingNotice } from './waiting';
 import { ClearSection } from './clearing';
 import { formatBytes, formatCount, formatSeconds } from './format';
-import {
-  allocatorInUse,
-  allocatorNames,
-  codeParts,
-  gpuHeadlineSub,
-  gpuView
-} from './gpu';
+import { allocatorInUse, codeParts, gpuHeadlineSub, gpuView } from './gpu';
 import {
   countJobs,
   mapProgressText,
@@ -62,6 +56,7 @@ import {
   Timeline
 } from './timeline';
 import { el } from './dom';
+import { chartSeries } from './series';
 import { RestartMemory } from './restarts';
 
 const LOAD_LINE = '%load_ext kerasmagic';
@@ -830,47 +825,9 @@ export class KerasMagicPanel extends Widget {
     });
   }
 
-  /** The chart's series; the GPU allocators' line is named after `sample`'s frameworks. */
+  /** The chart's series (series.ts); the GPU allocators' line is named after `sample`'s frameworks. */
   private _series(sample: ISample | null): ISeriesSpec[] {
-    const trans = this._trans;
-    return [
-      {
-        key: SERIES.rss,
-        label: trans.__('Kernel RSS'),
-        style: 'rss',
-        unit: 'bytes'
-      },
-      {
-        key: SERIES.tfInUse,
-        label: trans.__('TF in use'),
-        style: 'inuse',
-        unit: 'bytes'
-      },
-      {
-        key: SERIES.tfHeld,
-        label: trans.__('TF held'),
-        style: 'held',
-        unit: 'bytes'
-      },
-      {
-        key: SERIES.nvmlProcess,
-        label: trans.__('GPU this kernel (NVML)'),
-        style: 'gpu',
-        unit: 'bytes'
-      },
-      {
-        key: SERIES.gpuAllocInUse,
-        // Named after the frameworks the latest sample has GPU figures for.
-        label: trans.__(
-          'GPU in use (%1)',
-          (sample && allocatorNames(sample).join(' + ')) ||
-            trans.__('allocators')
-        ),
-        style: 'gpualloc',
-        unit: 'bytes'
-      },
-      { key: SERIES.cpu, label: trans.__('CPU'), style: 'cpu', unit: 'pct' }
-    ];
+    return chartSeries(this._trans, sample);
   }
 
   /** TensorFlow: one quiet line until its runtime runs, then the graph facts. */
