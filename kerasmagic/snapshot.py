@@ -18,6 +18,7 @@ from .probes import process as process_probe
 from .probes import tensorflow as tf_probe
 from .probes import torch_cuda as torch_probe
 from .probes.availability import Unavailable, guarded, to_jsonable
+from .probes.sample import cuda_context
 from .records import Record
 from .registry_purge import entries_pin_graphs
 from .tables import Report, Section, format_bytes, format_value
@@ -29,6 +30,9 @@ _WORTH_A_NOTE_BYTES = 64 * 2**20
 
 #: Why the context estimate is an upper bound once TensorFlow's pool is among those subtracted.
 _TF_UPPER_BOUND = ": an upper bound, as TF reports only a lower bound of its pool"
+
+#: The pools a context estimate subtracts, in words (codes: kerasmagic.probes.sample.CONTEXT_POOLS).
+_POOL_WORDS = {"torch_reserved": "torch reserved", "jax_pool": "JAX pool", "tf_pool": "TF pool (at least)"}
 
 #: What needs a new process, and where (``%%fresh_model`` in a plain string: no formatting here).
 _NEW_PROCESS = "restart the kernel, or run the work with %%fresh_model --isolate."
@@ -306,30 +310,18 @@ class MemorySnapshot(Record, Report):
         )
 
     def _context_row(self, section: Section) -> None:
-        """What NVML counts for this process beyond every framework's pool: CUDA contexts, libraries."""
-        ours = self._nvml_process_total()
-        pools, whose = 0, []
-        torch_allocator = (self.torch or {}).get("allocator")
-        if isinstance(torch_allocator, dict) and torch_allocator:
-            pools += sum(stats["reserved_bytes"] for stats in torch_allocator.values())
-            whose.append("torch reserved")
-        jax_allocator = (self.jax or {}).get("allocator")
-        if isinstance(jax_allocator, dict) and jax_allocator:
-            pools += sum(stats["pool_bytes"] or 0 for stats in jax_allocator.values())
-            whose.append("JAX pool")
-        tf_allocator = self.tensorflow.get("allocator")
-        tf_at_least = False
-        if isinstance(tf_allocator, dict):
-            gpu = [stats for device, stats in tf_allocator.items() if device.startswith("GPU:")]
-            if gpu:
-                pools += sum(stats["in_use_bytes"] + (stats.get("held_unused_min_bytes") or 0) for stats in gpu)
-                whose.append("TF pool (at least)")
-                tf_at_least = True
-        if ours is not None and whose and ours >= pools:
-            # TF reports its pool only as at least its high-water mark: less subtracted than
-            # the pool may hold, so what is left is at most the context.
-            section.add("CUDA context and libraries", ("≤ " if tf_at_least else "≈ ") + format_bytes(ours - pools),
-                        "NVML this process − " + " − ".join(whose) + (_TF_UPPER_BOUND if tf_at_least else ""))
+        """What NVML counts for this process beyond every framework's pool: CUDA contexts, libraries
+        (the rule is :func:`~kerasmagic.probes.sample.cuda_context`, which the sidebar gets as codes)."""
+        context = cuda_context(self._nvml_process_total(), (self.torch or {}).get("allocator"),
+                               (self.jax or {}).get("allocator"), self.tensorflow.get("allocator"))
+        if context is None:
+            return
+        upper = context["upper_bound"]
+        # TF reports its pool only as at least its high-water mark: less subtracted than
+        # the pool may hold, so what is left is at most the context.
+        section.add("CUDA context and libraries", ("≤ " if upper else "≈ ") + format_bytes(context["context_bytes"]),
+                    "NVML this process − " + " − ".join(_POOL_WORDS[pool] for pool in context["pools"])
+                    + (_TF_UPPER_BOUND if upper else ""))
 
     @staticmethod
     def _nvml_device_rows(section: Section, device: dict[str, Any], tf_allocator: Any) -> None:

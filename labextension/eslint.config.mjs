@@ -51,9 +51,23 @@ export default defineConfig([
       '@typescript-eslint/no-namespace': 'off',
       '@typescript-eslint/no-use-before-define': 'off',
       curly: ['error', 'all'],
+      // A file a newcomer can read, a function that fits a screen (issue 31).
+      'max-lines': [
+        'error',
+        { max: 600, skipBlankLines: true, skipComments: true }
+      ],
+      'max-lines-per-function': [
+        'error',
+        { max: 80, skipBlankLines: true, skipComments: true }
+      ],
       eqeqeq: 'error',
       'prefer-arrow-callback': 'error'
     }
+  },
+  {
+    // A spec's describe() holds its cases: long by nature, and each case is short.
+    files: ['**/__tests__/**/*.ts'],
+    rules: { 'max-lines-per-function': 'off' }
   },
   prettierRecommended,
   {

@@ -1,8 +1,12 @@
 """The ``kerasmagic.live`` wire protocol: names, version, and validation of both directions.
 
-The written contract is ``docs/protocol.md``; the JSON fixtures in
-``tests/protocol_fixtures/`` are checked against :func:`validate` here and against the
-TypeScript guards in ``labextension/src/protocol.ts``.
+Every message is defined once, in the JSON Schema ``protocol.schema.json`` beside this module
+(draft 2020-12, shipped in the wheel): the sidebar's TypeScript types are generated from it,
+and the tests hold to it the JSON fixtures in ``tests/protocol_fixtures/``, a real kernel's
+messages, ``docs/protocol.md`` and the tables below (same methods, same required and optional
+fields). The kernel checks what it receives with these small checks rather than the schema, so
+that ``jsonschema`` stays a test dependency; the same fixtures also run through
+:func:`validate` here and the TypeScript guards in ``labextension/src/protocol.ts``.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ __all__ = [
 
 TARGET_NAME = "kerasmagic.live"
 #: Bumped independently of the package version: major = incompatible, minor = additive.
-PROTOCOL_VERSION = "1.6.0"
+PROTOCOL_VERSION = "1.7.0"
 
 MIN_INTERVAL_S = 0.1
 MAX_INTERVAL_S = 60.0
@@ -142,7 +146,7 @@ def check_version(peer_version: Any) -> None:
         >>> check_version("2.0.0")  # doctest: +ELLIPSIS
         Traceback (most recent call last):
         ...
-        kerasmagic.live.protocol.ProtocolError: this kernel's kerasmagic speaks protocol 1.6.0, the frontend 2.0.0: ...
+        kerasmagic.live.protocol.ProtocolError: this kernel's kerasmagic speaks protocol 1.7.0, the frontend 2.0.0: ...
     """
     if _major(peer_version) != _major(PROTOCOL_VERSION):
         raise ProtocolError(
@@ -347,6 +351,13 @@ def _memory_limit(value: Any) -> bool:
     )
 
 
+def _gpu_context(value: Any) -> bool:
+    """A sample's ``gpu_context`` (since 1.7): NVML's figure for the kernel less the pools."""
+    return (isinstance(value, dict) and _is_number(value.get("context_bytes"))
+            and isinstance(value.get("upper_bound"), bool) and isinstance(value.get("pools"), list)
+            and all(isinstance(pool, str) for pool in value["pools"]))
+
+
 def _host(value: Any) -> bool:
     """A sample's ``host`` (since 1.3): the machine's memory, or unavailable."""
     if _is_unavailable(value):
@@ -447,10 +458,10 @@ _TO_FRONTEND: dict[str, tuple[dict, dict]] = {
         {"seq": _NUM, "ts": _NUM, "rss_bytes": _number_or_unavailable, "tf": _tf, "gpu": _gpu,
          "sample_cost_s": _NUM},
         # Since 1.3 (a 1.2 frontend ignores them): cpu_pct, host; since 1.4: torch, jax;
-        # since 1.5: interval_s, the interval the sample was taken at; since 1.6: process_tree; then
-        # memory_limit (the limit, headroom and guard; the sidebar's rows for it are to come).
+        # since 1.5: interval_s, the interval the sample was taken at; since 1.6: process_tree;
+        # since 1.7: gpu_context, and memory_limit (the limit, headroom and guard).
         {"cpu_pct": _number_or_unavailable, "host": _host, "torch": _torch, "jax": _jax, "interval_s": _NUM,
-         "process_tree": _process_tree, "memory_limit": _memory_limit},
+         "process_tree": _process_tree, "gpu_context": _gpu_context, "memory_limit": _memory_limit},
     ),
     "facts": (
         {"ts": _NUM, "execution_count": _NUM, "tf_status": _str_or_unavailable,

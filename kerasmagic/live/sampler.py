@@ -15,7 +15,7 @@ from typing import Any
 from ..guard import limit_state
 from ..probes.availability import Unavailable, guarded, to_jsonable
 from ..probes.process import host_memory, process_tree_memory
-from ..probes.sample import gpu_allocator_parts, memory_sample
+from ..probes.sample import gpu_allocator_parts, gpu_context_part, memory_sample
 
 __all__ = ["THREAD_NAME", "CpuMeter", "ProcessTreeMeter", "Sampler", "take_sample"]
 
@@ -123,8 +123,9 @@ class ProcessTreeMeter:
 
 def take_sample(seq: int, cpu: CpuMeter | None = None, tree: ProcessTreeMeter | None = None) -> dict[str, Any]:
     """One ``sample`` message (see docs/protocol.md), with ``host`` and, given a meter,
-    ``cpu_pct`` (protocol 1.3), ``torch`` / ``jax`` for the frameworks imported (1.4) and,
-    given a tree meter, ``process_tree`` (1.6); never raises.
+    ``cpu_pct`` (protocol 1.3), ``torch`` / ``jax`` for the frameworks imported (1.4),
+    given a tree meter, ``process_tree`` (1.6), and ``gpu_context`` where NVML's figure has a
+    framework's pool to subtract (1.7); never raises.
 
     Example:
         >>> sample = take_sample(1, CpuMeter())
@@ -135,6 +136,9 @@ def take_sample(seq: int, cpu: CpuMeter | None = None, tree: ProcessTreeMeter | 
     """
     started = time.perf_counter()
     message = {"method": "sample", "seq": seq, **memory_sample(), **gpu_allocator_parts()}
+    context = guarded(lambda: gpu_context_part(message), "estimating the CUDA context")
+    if isinstance(context, dict):  # since 1.7, only where there is a pool to subtract from NVML's figure
+        message["gpu_context"] = context
     if cpu is not None:
         message["cpu_pct"] = to_jsonable(guarded(cpu.read, "reading CPU time"))
     message["host"] = to_jsonable(guarded(host_memory, "reading host memory"))

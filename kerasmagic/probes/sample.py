@@ -22,9 +22,9 @@ from . import jax_devices, nvml, process, torch_cuda
 from . import tensorflow as tf_probe
 from .availability import Unavailable, guarded, to_jsonable
 
-__all__ = ['GPU_FRAMEWORKS', 'allocator_total', 'gpu_allocator_parts', 'gpu_device_values', 'gpu_framework_imported',
-           'gpu_part', 'is_count', 'jax_part', 'keep_largest', 'memory_sample', 'tf_device_missing', 'tf_device_values',
-           'tf_part', 'torch_part']
+__all__ = ['CONTEXT_POOLS', 'GPU_FRAMEWORKS', 'allocator_total', 'cuda_context', 'gpu_allocator_parts',
+           'gpu_context_part', 'gpu_device_values', 'gpu_framework_imported', 'gpu_part', 'is_count', 'jax_part',
+           'keep_largest', 'memory_sample', 'tf_device_missing', 'tf_device_values', 'tf_part', 'torch_part']
 
 #: The frameworks whose import makes a process worth asking NVML about.
 GPU_FRAMEWORKS = ("tensorflow", "torch", "jax")
@@ -84,12 +84,82 @@ def jax_part() -> dict[str, Any] | Unavailable:
     if isinstance(stats, Unavailable):
         return stats
     # The setting explains the pool: 75 % of the GPU by default, only what is used when off.
-    return {"status": "running", "devices": stats, "preallocation": jax_devices.preallocation()}
+    preallocation = jax_devices.preallocation()
+    # Since 1.7 each device carries the story its pool tells (pool_story's code) and the
+    # variables set now that the story's advice names: the sidebar only words them.
+    devices: dict[str, dict[str, Any]] = {}
+    for name, device in stats.items():
+        story = jax_devices.pool_story(device, preallocation)
+        devices[name] = {**device, "pool_story": story, "named_now": jax_devices.named_now(story, preallocation)}
+    return {"status": "running", "devices": devices, "preallocation": preallocation}
 
 
 #: A sample's optional framework fields: each is named after the module whose import makes it worth reading.
 _FRAMEWORK_PARTS = (("torch", torch_part, "reading torch's CUDA allocator"),
                     ("jax", jax_part, "reading JAX's device allocator"))
+
+
+#: The pools :func:`cuda_context` can subtract, as codes on the wire (a sample's ``gpu_context``).
+CONTEXT_POOLS = ("torch_reserved", "jax_pool", "tf_pool")
+
+
+def _number(value: Any) -> int | float:
+    return value if is_count(value) else 0
+
+
+def cuda_context(process_used_bytes: int | float | None, torch_devices: Any, jax_devices_stats: Any,
+                 tf_devices: Any) -> dict[str, Any] | None:
+    """What NVML counts for this process beyond every framework's pool (the CUDA context and the
+    libraries' buffers), or None where there is no pool or no NVML figure to subtract from.
+
+    The devices are the allocators' ``{name: stats}`` as the probes give them (a non-number
+    counts as 0). TensorFlow reports its pool only as at least its high-water mark: with it
+    among those subtracted, less may have been subtracted than the pool holds, so the figure
+    is an ``upper_bound``.
+
+    Example:
+        >>> cuda_context(3764387840, {"cuda:0": {"reserved_bytes": 3 * 2**30}}, None, None)
+        {'context_bytes': 543162368, 'upper_bound': False, 'pools': ['torch_reserved']}
+        >>> cuda_context(None, {"cuda:0": {"reserved_bytes": 2**30}}, None, None) is None
+        True
+    """
+    pools: float = 0
+    whose: list[str] = []
+    if isinstance(torch_devices, dict) and torch_devices:
+        pools += sum(_number(stats.get("reserved_bytes")) for stats in torch_devices.values())
+        whose.append("torch_reserved")
+    if isinstance(jax_devices_stats, dict) and jax_devices_stats:
+        pools += sum(_number(stats.get("pool_bytes")) for stats in jax_devices_stats.values())
+        whose.append("jax_pool")
+    tf_gpu = [stats for name, stats in tf_devices.items() if "GPU" in name.upper()] if isinstance(
+        tf_devices, dict) else []
+    if tf_gpu:
+        pools += sum(_number(stats.get("in_use_bytes")) + _number(stats.get("held_unused_min_bytes"))
+                     for stats in tf_gpu)
+        whose.append("tf_pool")
+    if not isinstance(process_used_bytes, (int, float)) or not whose or process_used_bytes < pools:
+        return None
+    return {"context_bytes": process_used_bytes - pools, "upper_bound": "tf_pool" in whose, "pools": whose}
+
+
+def _devices_of(part: Any) -> Any:
+    return part.get("devices") if isinstance(part, dict) and part.get("status") != "unavailable" else None
+
+
+def gpu_context_part(sample: dict[str, Any]) -> dict[str, Any] | None:
+    """A sample's ``gpu_context`` (protocol 1.7): :func:`cuda_context` of its own ``gpu``,
+    ``torch``, ``jax`` and ``tf`` parts, or None (then the field is left out).
+
+    Example:
+        >>> gpu_context_part({"gpu": [{"index": 0, "process_used_bytes": 5 * 2**30}],
+        ...                   "torch": {"status": "running", "devices": {"cuda:0": {"reserved_bytes": 2**32}}}})
+        {'context_bytes': 1073741824, 'upper_bound': False, 'pools': ['torch_reserved']}
+    """
+    gpu = sample.get("gpu")
+    used = [d["process_used_bytes"] for d in gpu if isinstance(d, dict) and is_count(d.get("process_used_bytes"))] \
+        if isinstance(gpu, list) else []
+    return cuda_context(sum(used) if used else None, _devices_of(sample.get("torch")),
+                        _devices_of(sample.get("jax")), _devices_of(sample.get("tf")))
 
 
 def gpu_allocator_parts() -> dict[str, Any]:

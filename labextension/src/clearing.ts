@@ -207,6 +207,7 @@ export class ClearSection {
     this._renderSummary(summary);
   }
 
+  // eslint-disable-next-line max-lines-per-function -- too long before issue 31; split it
   private _renderSummary(summary: ICleanSummary): void {
     const trans = this._trans;
     const report = this._report;

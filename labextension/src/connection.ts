@@ -1,3 +1,4 @@
+/* eslint-disable max-lines -- over 600 lines before issue 31; split it */
 /**
  * One sidebar's link to one kernel: opens the `kerasmagic.live` comm, follows restarts,
  * keeps the history the sparklines draw, and says in a typed state why there is no data.
@@ -15,22 +16,27 @@ import {
   SeriesHistory,
   upsertCellRun
 } from './history';
-import { allocatorInUse } from './gpu';
 import { JobTable } from './jobs';
+import { recordFacts, recordSample } from './series';
+import {
+  IClearReport,
+  IDeath,
+  IHostMemory,
+  IKernelEntry,
+  IKernelRecord,
+  KernelStore
+} from './store';
 import {
   ICellGrowth,
   ICellRunData,
   IClearResult,
-  IDeviceAllocator,
   IEvent,
   IFacts,
   IHello,
   IHistory,
   ISample,
   isCompatible,
-  isNumber,
   isUnavailable,
-  MaybeNumber,
   minorOf,
   PROTOCOL_VERSION,
   TARGET_NAME,
@@ -46,12 +52,15 @@ import {
 } from './subshell';
 
 export type { ICellRun, IMark } from './history';
-
-/** The host's memory, from the latest sample that had it. */
-export interface IHostMemory {
-  totalBytes: number;
-  availableBytes: number;
-}
+export {
+  isGpuDevice,
+  recordFacts,
+  recordSample,
+  SERIES,
+  sumDevices,
+  sumGpu
+} from './series';
+export type { IClearReport, IDeath, IHostMemory, IKernelRecord } from './store';
 
 /** Why the sidebar shows what it shows; each case has its own empty-state message. */
 export type ConnectionState =
@@ -78,83 +87,11 @@ export interface IWaitingState {
   kernelImplementation: string | null;
 }
 
-/** Series names the panel draws; bytes unless the name says otherwise. */
-export const SERIES = {
-  rss: 'rss',
-  tfInUse: 'tf_in_use',
-  tfHeld: 'tf_held',
-  /** What the allocators have in use on the GPUs: TF in use + torch allocated + JAX in use. */
-  gpuAllocInUse: 'gpu_allocators_in_use',
-  nvmlProcess: 'nvml_process',
-  nvmlUsed: 'nvml_used',
-  customGradients: 'custom_gradient_entries',
-  liveModels: 'live_models_count',
-  /** The kernel process's CPU use, % of one core (protocol 1.3+). */
-  cpu: 'cpu_pct'
-} as const;
-
 export namespace LiveConnection {
   export interface IOptions {
     intervalS: number;
     historyMinutes: number;
   }
-}
-
-/** Sum one allocator field over the devices `select` keeps; null when none has a number. */
-export function sumDevices(
-  tf: ISample['tf'],
-  field: keyof IDeviceAllocator,
-  select: (device: string) => boolean
-): number | null {
-  if (isUnavailable(tf)) {
-    return null;
-  }
-  let total: number | null = null;
-  for (const [name, device] of Object.entries(tf.devices)) {
-    const value: MaybeNumber = device[field];
-    if (select(name) && isNumber(value)) {
-      total = (total ?? 0) + value;
-    }
-  }
-  return total;
-}
-
-export const isGpuDevice = (name: string): boolean => /GPU/i.test(name);
-
-/** Sum one NVML field over the devices; null when none has a number. */
-export function sumGpu(
-  gpu: ISample['gpu'],
-  field: 'used_bytes' | 'total_bytes' | 'process_used_bytes'
-): number | null {
-  if (isUnavailable(gpu)) {
-    return null;
-  }
-  let total: number | null = null;
-  for (const device of gpu) {
-    if (!isUnavailable(device) && isNumber(device[field])) {
-      total = (total ?? 0) + (device[field] as number);
-    }
-  }
-  return total;
-}
-
-/** Add one sample's numbers to the history (a null is a gap in the sparkline). */
-export function recordSample(history: SeriesHistory, sample: ISample): void {
-  const ts = sample.ts;
-  history.add(
-    SERIES.rss,
-    ts,
-    isNumber(sample.rss_bytes) ? sample.rss_bytes : null
-  );
-  const cpu = (name: string) => !isGpuDevice(name);
-  const inUse = sumDevices(sample.tf, 'in_use_bytes', cpu);
-  const unused = sumDevices(sample.tf, 'held_unused_min_bytes', cpu);
-  history.add(SERIES.tfInUse, ts, inUse);
-  history.add(SERIES.tfHeld, ts, inUse === null ? null : inUse + (unused ?? 0));
-  history.add(SERIES.gpuAllocInUse, ts, allocatorInUse(sample));
-  history.add(SERIES.nvmlProcess, ts, sumGpu(sample.gpu, 'process_used_bytes'));
-  history.add(SERIES.nvmlUsed, ts, sumGpu(sample.gpu, 'used_bytes'));
-  history.add(SERIES.cpu, ts, isNumber(sample.cpu_pct) ? sample.cpu_pct : null);
 }
 
 /** A sample's host memory, or null where it has none (unavailable, or a 1.2 kernel). */
@@ -189,63 +126,6 @@ export function gapAfterS(intervalS: number): number {
   return Math.max(3 * intervalS, intervalS + 2.5);
 }
 
-/** Add one facts message's numbers to the history. */
-export function recordFacts(history: SeriesHistory, facts: IFacts): void {
-  const entries = facts.custom_gradient_entries;
-  history.add(
-    SERIES.customGradients,
-    facts.ts,
-    isNumber(entries) ? entries : null
-  );
-  const models = facts.live_models;
-  history.add(
-    SERIES.liveModels,
-    facts.ts,
-    Array.isArray(models) ? models.length : null
-  );
-}
-
-/** The last Clear session of one kernel, as the panel shows it. */
-export interface IClearReport {
-  status: 'pending' | 'ok' | 'failed';
-  /** The kernel's summary (ok, failed) or why no answer came (error). */
-  text: string;
-  /** Set when no answer came from the kernel (disconnected, not connected). */
-  error?: string;
-  /** The kernel's `CleanReport.to_dict()` (ok), for the panel's compact summary. */
-  report?: { [key: string]: unknown } | null;
-}
-
-/**
- * What the sidebar keeps per kernel, so that two notebooks never show each other's data:
- * the sparklines' history, the last Clear session report and event, and the restart.
- * A restart replaces the whole record (the kernel id stays the same).
- */
-interface IKernelRecord {
-  history: SeriesHistory;
-  /** Cell runs, oldest first (kernel clock), at most MAX_CELL_RUNS. */
-  cellRuns: ICellRun[];
-  /** Clear session, fresh_model, restart..., oldest first (kernel clock). */
-  marks: IMark[];
-  host: IHostMemory | null;
-  /** Kernel-clock ts of the newest sample recorded, and when it arrived (ms, page clock). */
-  lastSampleTs: number | null;
-  lastSampleAt: number | null;
-  /** The interval the newest sample was taken at (the kernel's, or ours before 1.5). */
-  lastIntervalS: number | null;
-  lastEvent: IEvent | null;
-  clearReport: IClearReport | null;
-  /** The pid the kernel's hello gave; another pid under the same id is a restart. */
-  pid: number | null;
-  /** When this page saw the kernel restart (ms since the epoch), null if it did not. */
-  restartedAt: number | null;
-  /** The kernel's last hello, sample and facts: what the panel shows again at once when the
-   * user comes back to this kernel, marked "updating…" until the kernel answers. */
-  hello: IHello | null;
-  latestSample: ISample | null;
-  latestFacts: IFacts | null;
-}
-
 /**
  * Whether a message may wait for the running cell (see `LiveConnection._send`): hiding the
  * panel, a new interval and a clear can; showing the panel and a refresh cannot.
@@ -263,19 +143,6 @@ function canWait(data: { method: string; [key: string]: unknown }): boolean {
  */
 const RESTART_STATUSES = new Set<string>(['restarting']);
 const DEATH_STATUSES = new Set<string>(['autorestarting', 'dead']);
-
-/** A kernel that died, as the sidebar tells it until the user dismisses it. */
-export interface IDeath {
-  /** When, on the kernel's clock; null where not known. */
-  diedTs: number | null;
-  /** The cell that was running (its `In[n]`), null between cells or where not known. */
-  executionCount: number | null;
-  /** Why, as the next kernel's kerasmagic found it (`postmortem`); null until it says. */
-  text: string | null;
-  /** The dead kernel's record (its timeline, runs and marks); null where this page did not
-   * see the death (reloaded since: only the next kernel's `postmortem` tells it). */
-  record: IKernelRecord | null;
-}
 
 /**
  * An idle kernel answers a comm_open in milliseconds (hello, or a close for an unknown
@@ -394,7 +261,7 @@ export class LiveConnection implements IDisposable {
 
   /** The isolated jobs of the kernel this sidebar is attached to. */
   get jobs(): JobTable {
-    return this._jobs;
+    return this._entry().jobs;
   }
 
   /**
@@ -409,7 +276,12 @@ export class LiveConnection implements IDisposable {
 
   /** The kernel's leak watch (protocol 1.2 or later), null before its first `cell_growth`. */
   get cellGrowth(): ICellGrowth | null {
-    return this._cellGrowth;
+    return this._entry().cellGrowth;
+  }
+
+  /** What the sidebar knows of each kernel (kept across notebook switches). */
+  get store(): KernelStore {
+    return this._store;
   }
 
   /** Whether the kernel watches cells (protocol 1.2 or later); null before `hello`. */
@@ -505,7 +377,7 @@ export class LiveConnection implements IDisposable {
       this._historyMinutes,
       this._intervalS
     );
-    this._records.forEach(record => record.history.resize(capacity));
+    this._store.records().forEach(record => record.history.resize(capacity));
     if (this._state.kind === 'connected') {
       this._send({ method: 'configure', interval_s: this._intervalS });
     }
@@ -571,7 +443,7 @@ export class LiveConnection implements IDisposable {
     if (GONE_STATUSES.has(status)) {
       // A new process comes (same connection object): it may be loaded by itself once again.
       this._autoloadedFor = null;
-      if (DEATH_STATUSES.has(status) && !this._deaths.has(this._kernelId())) {
+      if (DEATH_STATUSES.has(status) && !this._entry().death) {
         const pending = this._restartPending;
         this._restartPending = null;
         this._noteDeath(
@@ -712,14 +584,15 @@ export class LiveConnection implements IDisposable {
   ): void {
     const diedTs = this._kernelNow();
     addMark(record.marks, { kind: 'death', ts: diedTs });
-    this._deaths.set(this._kernelId(), {
+    this._store.setDeath(this._kernelId(), {
       diedTs,
       executionCount: runningCount,
       text: null,
       record
     });
     if (replaced) {
-      this._newRecord(false);
+      // A new process under the same id, not called a restart: none of the dead one's jobs.
+      this._newRecord(false, undefined, true);
     }
     this._changed.emit();
   }
@@ -756,7 +629,7 @@ export class LiveConnection implements IDisposable {
    */
   get lastView(): IHello | null {
     const kind = this._state.kind;
-    const record = this._records.get(this._kernelId());
+    const record = this._entry().record;
     return (kind === 'connecting' || kind === 'waiting') &&
       record?.hello &&
       record.latestSample
@@ -777,7 +650,7 @@ export class LiveConnection implements IDisposable {
 
   /** The death of the followed kernel's predecessor, until dismissed; null if none. */
   get death(): IDeath | null {
-    return this._deaths.get(this._kernelId()) ?? null;
+    return this._store.peek(this._kernelId())?.death ?? null;
   }
 
   /** The user has read it: the panel stops showing the death and the dead timeline. */
@@ -786,14 +659,18 @@ export class LiveConnection implements IDisposable {
     if (death) {
       // The kernel tells every comm of it again (`postmortem`): a death from before now stays
       // dismissed; a later one is news.
-      this._dismissedUntil.set(this._kernelId(), this._kernelNow());
-      this._deaths.delete(this._kernelId());
+      this._store.dismissDeath(this._kernelId(), this._kernelNow());
       this._changed.emit();
     }
   }
 
   private _kernelId(): string {
     return this._session?.session?.kernel?.id ?? '';
+  }
+
+  /** The store's entry of the kernel followed now. */
+  private _entry(): IKernelEntry {
+    return this._store.entry(this._kernelId());
   }
 
   /**
@@ -814,7 +691,7 @@ export class LiveConnection implements IDisposable {
    * time since that sample arrived (the page's clock may differ from the kernel's).
    */
   private _kernelNow(): number {
-    const record = this._records.get(this._kernelId());
+    const record = this._store.peek(this._kernelId())?.record;
     if (
       record &&
       record.lastSampleTs !== null &&
@@ -871,14 +748,18 @@ export class LiveConnection implements IDisposable {
 
   /** The record of the kernel followed now, created on first use. */
   private _record(): IKernelRecord {
-    return this._records.get(this._kernelId()) ?? this._newRecord(false);
+    return this._entry().record ?? this._newRecord(false);
   }
 
   /**
    * A fresh record for the kernel followed now. After a restart it is marked so, and
    * `restartTs` (kernel clock) puts a `restart` mark on the new timeline.
    */
-  private _newRecord(restarted: boolean, restartTs?: number): IKernelRecord {
+  private _newRecord(
+    restarted: boolean,
+    restartTs?: number,
+    newProcess = restarted
+  ): IKernelRecord {
     const kernelId = this._kernelId();
     const record: IKernelRecord = {
       history: new SeriesHistory(
@@ -901,13 +782,8 @@ export class LiveConnection implements IDisposable {
     if (restartTs !== undefined) {
       addMark(record.marks, { kind: 'restart', ts: restartTs });
     }
-    this._records.delete(kernelId);
-    this._records.set(kernelId, record);
-    // Keep the records of the last few kernels (switching back shows the past).
-    if (this._records.size > 8) {
-      const oldest = this._records.keys().next().value as string;
-      this._records.delete(oldest);
-    }
+    // The store keeps the last few kernels (switching back shows the past).
+    this._store.setRecord(kernelId, record, { restarted: newProcess });
     return record;
   }
 
@@ -933,8 +809,8 @@ export class LiveConnection implements IDisposable {
       kernel.anyMessage.connect(this._onAnyMessage, this);
     }
     this._waitOnMainShell = null;
-    this._cellGrowth = null; // the kernel sends it after hello too
-    this._jobs.clear(); // the kernel sends its list (isolated_jobs) right after hello
+    // This kernel's jobs and leak watch stay as the store has them (shown at once after a
+    // switch back); the kernel sends both again right after hello.
     if (!(retrying && this._state.kind === 'waiting')) {
       this._setState({ kind: 'connecting' });
     }
@@ -1144,6 +1020,7 @@ export class LiveConnection implements IDisposable {
 
   // ---- messages -------------------------------------------------------------------------
 
+  // eslint-disable-next-line max-lines-per-function -- too long before issue 31; split it
   private _onCommMsg(comm: Kernel.IComm, msg: KernelMessage.ICommMsgMsg): void {
     if (comm !== this._comm) {
       return;
@@ -1196,11 +1073,11 @@ export class LiveConnection implements IDisposable {
         this._replay(message);
         break;
       case 'postmortem': {
-        const kernelId = this._kernelId();
-        const seen = this._deaths.get(kernelId);
+        const seen = this._entry().death;
         if (seen) {
           seen.text = message.text;
           seen.executionCount ??= message.execution_count;
+          this._store.setDeath(this._kernelId(), seen);
         } else {
           const death: IDeath = {
             diedTs: message.died_ts,
@@ -1208,14 +1085,7 @@ export class LiveConnection implements IDisposable {
             text: message.text,
             record: null
           };
-          const dismissed = this._dismissedUntil.get(kernelId);
-          if (
-            dismissed === undefined ||
-            death.diedTs === null ||
-            death.diedTs > dismissed
-          ) {
-            this._deaths.set(kernelId, death);
-          }
+          this._store.setDeath(this._kernelId(), death);
         }
         break;
       }
@@ -1223,10 +1093,10 @@ export class LiveConnection implements IDisposable {
       case 'isolated_sample':
       case 'isolated_done':
       case 'isolated_jobs':
-        this._jobs.apply(message, Date.now());
+        this._store.applyJobs(this._kernelId(), message, Date.now());
         break;
       case 'cell_growth':
-        this._cellGrowth = message;
+        this._store.setCellGrowth(this._kernelId(), message);
         break;
       case 'clear_result': {
         const pending = this._pendingClears.get(message.request_id);
@@ -1351,18 +1221,13 @@ export class LiveConnection implements IDisposable {
   private _state: ConnectionState = { kind: 'no_kernel' };
   private _intervalS: number;
   private _historyMinutes: number;
-  private _records = new Map<string, IKernelRecord>();
-  /** Per kernel id, the death of its previous process, until dismissed. */
-  private _deaths = new Map<string, IDeath>();
-  /** Per kernel id, when (kernel clock) the user last dismissed a death. */
-  private _dismissedUntil = new Map<string, number>();
+  /** Per kernel id: its record, jobs, leak watch and death (see store.ts). */
+  private _store = new KernelStore();
   /** A 'restarting' not yet known to be a restart (see `_onStatus`). */
   private _restartPending: {
     record: IKernelRecord;
     runningCount: number | null;
   } | null = null;
-  private _cellGrowth: ICellGrowth | null = null;
-  private _jobs = new JobTable();
   private _panelVisible = false;
   /** Messages waiting for the running cell to end, by method (see `_send`). */
   private _deferred = new Map<

@@ -256,9 +256,10 @@ function torchLines(sample: ISample, trans: IWording): IGpuLine[] {
 }
 
 /**
- * Why a JAX pool holds more than it uses, read from the pool itself (kerasmagic/probes/
- * jax_devices.py, `POOL_STORIES`): what was set when JAX's backend started cannot be read
- * back, and the sample's `preallocation` says only what is set now.
+ * The story a JAX pool tells, as the kernel reads it from the pool itself (kerasmagic/probes/
+ * jax_devices.py, `pool_story`; protocol 1.7, a device's `pool_story`): the sidebar words it
+ * and never computes it. `unknown` where the kernel sent none (a kernel before 1.7) or one
+ * this sidebar does not know.
  */
 export type JaxPoolStory =
   | 'preallocated'
@@ -268,107 +269,78 @@ export type JaxPoolStory =
   | 'grown_platform_now'
   | 'unknown';
 
-/** What jaxlib takes for "do not preallocate". */
-const PREALLOCATE_OFF = ['false', 'False', '0'];
-const FRACTION_VARIABLES = [
-  'XLA_PYTHON_CLIENT_MEM_FRACTION',
-  'XLA_CLIENT_MEM_FRACTION'
+const JAX_POOL_STORIES: string[] = [
+  'preallocated',
+  'preallocated_off_now',
+  'preallocated_fraction_now',
+  'grown',
+  'grown_platform_now'
 ];
 
-/**
- * The variables a sample's `preallocation` text names, in order (none for JAX's default), as
- * the kernel's `asked()` reads them.
- *
- * Example: `jaxVariables('XLA_PYTHON_CLIENT_PREALLOCATE=false')` →
- * `[['XLA_PYTHON_CLIENT_PREALLOCATE', 'false']]`.
- */
-export function jaxVariables(preallocation: string): Array<[string, string]> {
-  const pairs: Array<[string, string]> = [];
-  for (const part of preallocation.split(',')) {
-    const text = part.trim();
-    const sep = text.indexOf('=');
-    if (sep > 0 && text.startsWith('XLA_')) {
-      pairs.push([text.slice(0, sep), text.slice(sep + 1)]);
-    }
-  }
-  return pairs;
+/** A device's story code as sent, `unknown` for none or an unknown one. */
+export function jaxPoolStory(stats: IJaxDevice): JaxPoolStory {
+  const story = stats.pool_story ?? 'unknown';
+  return JAX_POOL_STORIES.includes(story) ? (story as JaxPoolStory) : 'unknown';
 }
 
-const isPlatform = (name: string, value: string): boolean =>
-  name === 'XLA_PYTHON_CLIENT_ALLOCATOR' && value.toLowerCase() === 'platform';
-
-/**
- * Which story a device's pool and the variables set now tell: a pool as large as its limit
- * was preallocated when the backend started, a smaller one grew on demand (a pool grown until
- * it reached the limit looks preallocated: that takes a process that once needed all of it).
- *
- * Example: pool 59.4 GiB = limit, `preallocation` `'XLA_PYTHON_CLIENT_PREALLOCATE=false'` →
- * `'preallocated_off_now'` (set after JAX started); pool 514 MiB of a 59.4 GiB limit →
- * `'grown'`.
- */
-export function jaxPoolStory(
+/** The remedy for each story: the variables set now are %1 where a story names them. */
+function jaxRemedy(
+  story: JaxPoolStory,
   stats: IJaxDevice,
-  preallocation: string
-): JaxPoolStory {
-  const pool = stats.pool_bytes;
-  const limit = stats.limit_bytes;
-  if (!isNumber(pool) || !isNumber(limit)) {
-    return 'unknown';
+  trans: IWording
+): string {
+  const named = stats.named_now ?? '';
+  switch (story) {
+    case 'preallocated':
+      return trans.__(
+        'XLA_PYTHON_CLIENT_PREALLOCATE=false (or XLA_PYTHON_CLIENT_MEM_FRACTION=.25) takes only what is used, but only if set before JAX starts: restart the kernel with it set, or run the work with %1.',
+        ISOLATE
+      );
+    case 'preallocated_off_now':
+      return trans.__(
+        "The environment now has %1, but the pool is JAX's whole limit, so that was set after JAX started and only a new process reads it: restart the kernel, or run the work with %2.",
+        named,
+        ISOLATE
+      );
+    case 'preallocated_fraction_now':
+      return trans.__(
+        "The environment now has %1: the pool, JAX's whole limit (%2), is that fraction of the GPU only if it was set before JAX started; set after, only a new process reads it. XLA_PYTHON_CLIENT_PREALLOCATE=false takes only what is used, but only if set before JAX starts: restart the kernel with it set, or run the work with %3.",
+        named,
+        bytes(stats.limit_bytes),
+        ISOLATE
+      );
+    case 'grown':
+      return trans.__(
+        'XLA_PYTHON_CLIENT_ALLOCATOR=platform frees memory when arrays are deleted (allocations get slower), but only in a new process: restart the kernel with it set, or run the work with %1.',
+        ISOLATE
+      );
+    case 'grown_platform_now':
+      return trans.__(
+        'The environment now has %1, but JAX keeps a pool, so that was set after JAX started and only a new process reads it: restart the kernel, or run the work with %2.',
+        named,
+        ISOLATE
+      );
+    default:
+      return trans.__(
+        'Only a new process gives it back: restart the kernel, or run the work with %1.',
+        ISOLATE
+      );
   }
-  const variables = jaxVariables(preallocation);
-  const platform = variables.some(([name, value]) => isPlatform(name, value));
-  if (pool < limit) {
-    return platform ? 'grown_platform_now' : 'grown';
-  }
-  const off = variables.some(
-    ([name, value]) =>
-      name === 'XLA_PYTHON_CLIENT_PREALLOCATE' &&
-      PREALLOCATE_OFF.includes(value)
-  );
-  if (platform || off) {
-    return 'preallocated_off_now';
-  }
-  if (variables.some(([name]) => FRACTION_VARIABLES.includes(name))) {
-    return 'preallocated_fraction_now';
-  }
-  return 'preallocated';
-}
-
-/** The variables set now that a story's advice names, joined with " and ". */
-function namedNow(story: JaxPoolStory, preallocation: string): string {
-  return jaxVariables(preallocation)
-    .filter(([name, value]) => {
-      if (story === 'preallocated_off_now') {
-        return (
-          isPlatform(name, value) ||
-          (name === 'XLA_PYTHON_CLIENT_PREALLOCATE' &&
-            PREALLOCATE_OFF.includes(value))
-        );
-      }
-      if (story === 'preallocated_fraction_now') {
-        return FRACTION_VARIABLES.includes(name);
-      }
-      return story === 'grown_platform_now' && isPlatform(name, value);
-    })
-    .map(([name, value]) => `${name}=${value}`)
-    .join(' and ');
 }
 
 /**
  * Why a JAX pool holds more than it uses and what gives it back, in `%tf_mem`'s words
- * (kerasmagic/snapshot.py, `jax_advice`).
+ * (kerasmagic/snapshot.py, `jax_advice`), for the story the kernel sent.
  *
- * Example: pool 514 MiB of a 59.4 GiB limit, `XLA_PYTHON_CLIENT_PREALLOCATE=false` →
- * `{why: "the pool's high-water mark: it grew on demand and never shrinks", remedy:
- * 'XLA_PYTHON_CLIENT_ALLOCATOR=platform frees memory when arrays are deleted …'}`.
+ * Example: a device with `pool_story: 'grown'` → `{why: "the pool's high-water mark: it grew
+ * on demand and never shrinks", remedy: 'XLA_PYTHON_CLIENT_ALLOCATOR=platform frees memory
+ * when arrays are deleted …'}`.
  */
 export function jaxAdvice(
   stats: IJaxDevice,
-  preallocation: string,
   trans: IWording
 ): { story: JaxPoolStory; why: string; remedy: string } {
-  const story = jaxPoolStory(stats, preallocation);
-  const named = namedNow(story, preallocation);
+  const story = jaxPoolStory(stats);
   const why = story.startsWith('preallocated')
     ? trans.__('preallocated when JAX started: the pool is its whole limit')
     : story.startsWith('grown')
@@ -376,49 +348,7 @@ export function jaxAdvice(
           "the pool's high-water mark: it grew on demand and never shrinks"
         )
       : trans.__('pool − in use');
-  let remedy: string;
-  switch (story) {
-    case 'preallocated':
-      remedy = trans.__(
-        'XLA_PYTHON_CLIENT_PREALLOCATE=false (or XLA_PYTHON_CLIENT_MEM_FRACTION=.25) takes only what is used, but only if set before JAX starts: restart the kernel with it set, or run the work with %1.',
-        ISOLATE
-      );
-      break;
-    case 'preallocated_off_now':
-      remedy = trans.__(
-        "The environment now has %1, but the pool is JAX's whole limit, so that was set after JAX started and only a new process reads it: restart the kernel, or run the work with %2.",
-        named,
-        ISOLATE
-      );
-      break;
-    case 'preallocated_fraction_now':
-      remedy = trans.__(
-        "The environment now has %1: the pool, JAX's whole limit (%2), is that fraction of the GPU only if it was set before JAX started; set after, only a new process reads it. XLA_PYTHON_CLIENT_PREALLOCATE=false takes only what is used, but only if set before JAX starts: restart the kernel with it set, or run the work with %3.",
-        named,
-        bytes(stats.limit_bytes),
-        ISOLATE
-      );
-      break;
-    case 'grown':
-      remedy = trans.__(
-        'XLA_PYTHON_CLIENT_ALLOCATOR=platform frees memory when arrays are deleted (allocations get slower), but only in a new process: restart the kernel with it set, or run the work with %1.',
-        ISOLATE
-      );
-      break;
-    case 'grown_platform_now':
-      remedy = trans.__(
-        'The environment now has %1, but JAX keeps a pool, so that was set after JAX started and only a new process reads it: restart the kernel, or run the work with %2.',
-        named,
-        ISOLATE
-      );
-      break;
-    default:
-      remedy = trans.__(
-        'Only a new process gives it back: restart the kernel, or run the work with %1.',
-        ISOLATE
-      );
-  }
-  return { story, why, remedy };
+  return { story, why, remedy: jaxRemedy(story, stats, trans) };
 }
 
 function jaxLines(sample: ISample, trans: IWording): IGpuLine[] {
@@ -446,7 +376,7 @@ function jaxLines(sample: ISample, trans: IWording): IGpuLine[] {
       )
     });
     if (isNumber(unused) && unused >= WORTH_A_NOTE_BYTES) {
-      const advice = jaxAdvice(stats, jax.preallocation, trans);
+      const advice = jaxAdvice(stats, trans);
       lines.push({
         kind: 'unused',
         whose: 'jax',
@@ -469,76 +399,51 @@ function jaxLines(sample: ISample, trans: IWording): IGpuLine[] {
   return lines;
 }
 
+/** The pools a `gpu_context` subtracts (kerasmagic/probes/sample.py, `CONTEXT_POOLS`), in words. */
+function poolWords(pool: string, trans: IWording): string {
+  switch (pool) {
+    case 'torch_reserved':
+      return trans.__('torch reserved');
+    case 'jax_pool':
+      return trans.__('JAX pool');
+    case 'tf_pool':
+      return trans.__('TF pool (at least)');
+    default:
+      return pool;
+  }
+}
+
 /**
  * What NVML counts for this kernel beyond every framework's pool: the CUDA context and the
- * libraries' buffers, as `%tf_mem` estimates it; null where there is no pool or no NVML
- * number of ours to subtract from. With TensorFlow's pool among those subtracted the figure is
- * an upper bound ("≤"): TF reports its pool only as at least its high-water mark.
+ * libraries' buffers, as the kernel estimates it (protocol 1.7, a sample's `gpu_context`;
+ * kerasmagic/probes/sample.py, `cuda_context`, which `%tf_mem` uses too); null where the
+ * kernel sent none. With TensorFlow's pool among those subtracted the figure is an upper
+ * bound ("≤"): TF reports its pool only as at least its high-water mark.
  *
- * Example: `sample_torch_cached` (NVML this kernel 3.51 GiB, torch reserved 3.00 GiB) →
- * `{kind: 'context', text: 'CUDA context and libraries ≈ 518 MiB', hint: 'NVML this kernel −
- * torch reserved', …}`; `sample_gpu` (TF) → `'CUDA context and libraries ≤ …'`.
+ * Example: `sample_torch_cached` (`{context_bytes: 543162368, upper_bound: false, pools:
+ * ['torch_reserved']}`) → `{kind: 'context', text: 'CUDA context and libraries ≈ 518 MiB',
+ * hint: 'NVML this kernel − torch reserved', …}`; `sample_gpu` (TF) → `'… ≤ …'`.
  */
 export function contextLine(sample: ISample, trans: IWording): IGpuLine | null {
-  if (isUnavailable(sample.gpu)) {
+  const context = sample.gpu_context;
+  if (!context) {
     return null;
   }
-  let ours: number | null = null;
-  for (const device of sample.gpu) {
-    if (!isUnavailable(device) && isNumber(device.process_used_bytes)) {
-      ours = (ours ?? 0) + device.process_used_bytes;
-    }
-  }
-  let pools = 0;
-  const whose: string[] = [];
-  const torch = sample.torch;
-  if (torch !== undefined && !isUnavailable(torch)) {
-    const devices = Object.values(torch.devices);
-    if (devices.length) {
-      pools += devices.reduce((t, d) => t + d.reserved_bytes, 0);
-      whose.push(trans.__('torch reserved'));
-    }
-  }
-  const jax = sample.jax;
-  if (jax !== undefined && !isUnavailable(jax)) {
-    const devices = Object.values(jax.devices);
-    if (devices.length) {
-      pools += devices.reduce((t, d) => t + (d.pool_bytes ?? 0), 0);
-      whose.push(trans.__('JAX pool'));
-    }
-  }
-  let tfAtLeast = false;
-  if (!isUnavailable(sample.tf)) {
-    const gpu = Object.entries(sample.tf.devices).filter(([name]) =>
-      TF_GPU.test(name)
-    );
-    if (gpu.length) {
-      for (const [, d] of gpu) {
-        pools +=
-          (isNumber(d.in_use_bytes) ? d.in_use_bytes : 0) +
-          (isNumber(d.held_unused_min_bytes) ? d.held_unused_min_bytes : 0);
-      }
-      whose.push(trans.__('TF pool (at least)'));
-      tfAtLeast = true;
-    }
-  }
-  if (ours === null || !whose.length || ours < pools) {
-    return null;
-  }
-  // Less subtracted than TF's pool may hold: what is left is at most the context.
+  const whose = context.pools.map(pool => poolWords(pool, trans)).join(' − ');
+  const size = formatBytes(context.context_bytes);
   return {
     kind: 'context',
     whose: 'context',
     device: '',
-    text: tfAtLeast
-      ? trans.__('CUDA context and libraries ≤ %1', formatBytes(ours - pools))
-      : trans.__('CUDA context and libraries ≈ %1', formatBytes(ours - pools)),
-    hint: tfAtLeast
+    text: context.upper_bound
+      ? trans.__('CUDA context and libraries ≤ %1', size)
+      : trans.__('CUDA context and libraries ≈ %1', size),
+    hint: context.upper_bound
       ? trans.__(
           'NVML this kernel − %1: an upper bound, as TF reports only a lower bound of its pool',
-          whose.join(' − ')
+          whose
         )
-      : trans.__('NVML this kernel − %1', whose.join(' − '))
+      : trans.__('NVML this kernel − %1', whose)
   };
 }
 

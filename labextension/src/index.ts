@@ -57,6 +57,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
   autoStart: true,
   requires: [INotebookTracker],
   optional: [ITranslator, ISettingRegistry, ILayoutRestorer, ICommandPalette],
+  // eslint-disable-next-line max-lines-per-function -- too long before issue 31; split it
   activate: async (
     app: JupyterFrontEnd,
     tracker: INotebookTracker,

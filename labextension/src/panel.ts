@@ -1,3 +1,4 @@
+/* eslint-disable max-lines -- over 600 lines before issue 31; split it */
 /**
  * The sidebar widget: headline numbers, the timeline, then the sections read on the
  * kernel's main thread (each says which cell it is as of). Every kernel-supplied string is
@@ -25,13 +26,7 @@ import { rssReconciliation } from './reconcile';
 import { waitingNotice } from './waiting';
 import { ClearSection } from './clearing';
 import { formatBytes, formatCount, formatSeconds } from './format';
-import {
-  allocatorInUse,
-  allocatorNames,
-  codeParts,
-  gpuHeadlineSub,
-  gpuView
-} from './gpu';
+import { allocatorInUse, codeParts, gpuHeadlineSub, gpuView } from './gpu';
 import {
   countJobs,
   mapProgressText,
@@ -61,6 +56,7 @@ import {
   Timeline
 } from './timeline';
 import { el } from './dom';
+import { chartSeries } from './series';
 import { RestartMemory } from './restarts';
 
 const LOAD_LINE = '%load_ext kerasmagic';
@@ -159,6 +155,7 @@ export namespace KerasMagicPanel {
 }
 
 export class KerasMagicPanel extends Widget {
+  // eslint-disable-next-line max-lines-per-function -- too long before issue 31; split it
   constructor(options: KerasMagicPanel.IOptions) {
     super();
     this.connection = options.connection;
@@ -605,6 +602,7 @@ export class KerasMagicPanel extends Widget {
     return name;
   }
 
+  // eslint-disable-next-line max-lines-per-function -- too long before issue 31; split it
   private _renderNotice(state: ConnectionState): void {
     const trans = this._trans;
     const notice = this._notice;
@@ -827,47 +825,9 @@ export class KerasMagicPanel extends Widget {
     });
   }
 
-  /** The chart's series; the GPU allocators' line is named after `sample`'s frameworks. */
+  /** The chart's series (series.ts); the GPU allocators' line is named after `sample`'s frameworks. */
   private _series(sample: ISample | null): ISeriesSpec[] {
-    const trans = this._trans;
-    return [
-      {
-        key: SERIES.rss,
-        label: trans.__('Kernel RSS'),
-        style: 'rss',
-        unit: 'bytes'
-      },
-      {
-        key: SERIES.tfInUse,
-        label: trans.__('TF in use'),
-        style: 'inuse',
-        unit: 'bytes'
-      },
-      {
-        key: SERIES.tfHeld,
-        label: trans.__('TF held'),
-        style: 'held',
-        unit: 'bytes'
-      },
-      {
-        key: SERIES.nvmlProcess,
-        label: trans.__('GPU this kernel (NVML)'),
-        style: 'gpu',
-        unit: 'bytes'
-      },
-      {
-        key: SERIES.gpuAllocInUse,
-        // Named after the frameworks the latest sample has GPU figures for.
-        label: trans.__(
-          'GPU in use (%1)',
-          (sample && allocatorNames(sample).join(' + ')) ||
-            trans.__('allocators')
-        ),
-        style: 'gpualloc',
-        unit: 'bytes'
-      },
-      { key: SERIES.cpu, label: trans.__('CPU'), style: 'cpu', unit: 'pct' }
-    ];
+    return chartSeries(this._trans, sample);
   }
 
   /** TensorFlow: one quiet line until its runtime runs, then the graph facts. */
@@ -1007,6 +967,7 @@ export class KerasMagicPanel extends Widget {
   }
 
   /** Keras: one quiet line until it is imported, then counters and live models. */
+  // eslint-disable-next-line max-lines-per-function -- too long before issue 31; split it
   private _renderKeras(facts: IFacts): void {
     const trans = this._trans;
     const section = this._kerasSection;

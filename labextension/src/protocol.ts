@@ -1,380 +1,73 @@
 /**
- * The `kerasmagic.live` wire protocol, frontend side. The contract is docs/protocol.md;
- * the JSON fixtures in tests/protocol_fixtures/ are checked against `validate` here and
- * against kerasmagic/live/protocol.py, so the two sides cannot drift.
+ * The `kerasmagic.live` wire protocol, frontend side. Its one definition is the JSON Schema
+ * kerasmagic/live/protocol.schema.json: the types come from it (protocol.generated.ts), and
+ * the JSON fixtures in tests/protocol_fixtures/, checked against the schema by the Python
+ * tests, are checked against `validate` here, so the guards cannot drift from it.
  */
 
 export const TARGET_NAME = 'kerasmagic.live';
 /** Bumped independently of the package version: major = incompatible, minor = additive. */
-export const PROTOCOL_VERSION = '1.6.0';
+export const PROTOCOL_VERSION = '1.7.0';
 export const MIN_INTERVAL_S = 0.1;
 export const MAX_INTERVAL_S = 60;
 
-export type UnavailableReason =
-  | 'not_installed'
-  | 'not_imported'
-  | 'not_started'
-  | 'no_device'
-  | 'not_supported'
-  | 'error'
-  | string;
+// The messages' types are generated from the schema, kerasmagic/live/protocol.schema.json
+// (`jlpm gen:protocol`); the guards below hold the wire to the same schema (the fixtures).
+export type {
+  FrontendMessage,
+  ICellFigures,
+  ICellGrowth,
+  ICellRunData,
+  ICellRunMessage,
+  ICellSummary,
+  IClearResult,
+  IDeviceAllocator,
+  IErrorMessage,
+  IEvent,
+  IFacts,
+  IGpuContext,
+  IGpuDevice,
+  IHello,
+  IHistory,
+  IHostMemory,
+  IIsolatedDone,
+  IIsolatedJob,
+  IIsolatedJobs,
+  IIsolatedSample,
+  IIsolatedStarted,
+  IJaxAllocator,
+  IJaxDevice,
+  IJobNode,
+  ILiveModel,
+  IMapProgress,
+  IMarkData,
+  IOneRun,
+  IPostmortem,
+  IProcessTree,
+  ISample,
+  ITfAllocator,
+  ITorchAllocator,
+  ITorchDevice,
+  IUnavailable,
+  KernelMessage,
+  MaybeNumber
+} from './protocol.generated';
 
-export interface IUnavailable {
-  status: 'unavailable';
-  reason: UnavailableReason;
-  detail?: string;
-}
+import type {
+  FrontendMessage,
+  IIsolatedDone,
+  IIsolatedJobs,
+  IIsolatedSample,
+  IIsolatedStarted,
+  IUnavailable,
+  KernelMessage
+} from './protocol.generated';
 
-export type MaybeNumber = number | IUnavailable;
-
-export interface IDeviceAllocator {
-  in_use_bytes: MaybeNumber;
-  peak_bytes: MaybeNumber;
-  held_unused_min_bytes: MaybeNumber;
-}
-
-export interface ITfAllocator {
-  status: string;
-  devices: { [device: string]: IDeviceAllocator };
-}
-
-export interface IGpuDevice {
-  index: number;
-  name?: string;
-  used_bytes: MaybeNumber;
-  total_bytes: MaybeNumber;
-  process_used_bytes: MaybeNumber;
-  utilisation_pct?: MaybeNumber;
-}
-
-export interface IHello {
-  method: 'hello';
-  protocol_version: string;
-  package_version: string;
-  pid: number;
-  interval_s: number;
-  ts: number;
-}
-
-/** Since 1.3: the machine's memory (psutil.virtual_memory), in a sample. */
-export interface IHostMemory {
-  total_bytes: number;
-  available_bytes: number;
-}
-
-/** Since 1.4: torch's CUDA caching allocator on one device (`cuda:0`: torch's numbering). */
-export interface ITorchDevice {
-  allocated_bytes: number;
-  reserved_bytes: number;
-  peak_allocated_bytes: number;
-  /** reserved − allocated: freed blocks torch keeps cached (`empty_cache()` returns them). */
-  held_unused_bytes: number;
-}
-
-export interface ITorchAllocator {
-  status: string;
-  devices: { [device: string]: ITorchDevice };
-}
-
-/** Since 1.4: JAX's pool on one device (`memory_stats()`); null where JAX has no figure. */
-export interface IJaxDevice {
-  in_use_bytes: number | null;
-  peak_bytes: number | null;
-  pool_bytes: number | null;
-  limit_bytes: number | null;
-  /** pool − in use. */
-  held_unused_bytes: number | null;
-}
-
-export interface IJaxAllocator {
-  status: string;
-  devices: { [device: string]: IJaxDevice };
-  /** The XLA_PYTHON_CLIENT_* variables as set, or JAX's default (75 % of each GPU). */
-  preallocation: string;
-}
-
-export interface ISample {
-  method: 'sample';
-  seq: number;
-  ts: number;
-  rss_bytes: MaybeNumber;
-  tf: ITfAllocator | IUnavailable;
-  gpu: Array<IGpuDevice | IUnavailable> | IUnavailable;
-  sample_cost_s: number;
-  /** Since 1.3: the kernel process's CPU use since the previous sample, % of one core. */
-  cpu_pct?: MaybeNumber;
-  /** Since 1.3. */
-  host?: IHostMemory | IUnavailable;
-  /** Since 1.4, only where the kernel imported torch. */
-  torch?: ITorchAllocator | IUnavailable;
-  /** Since 1.4, only where the kernel imported JAX. */
-  jax?: IJaxAllocator | IUnavailable;
-  /** Since 1.5: the interval this sample was taken at; a longer silence before it is a gap. */
-  interval_s?: number;
-  /** Since 1.6, while a panel looks: PSS and the child processes, read every few seconds. */
-  process_tree?: IProcessTree | IUnavailable;
-}
-
-/**
- * The kernel's PSS and its child processes' memory (the isolation template, its jobs, any
- * other child), as of `ts`: what reconciles the kernel's RSS with `top` and
- * jupyter-resource-usage.
- */
-export interface IProcessTree {
-  ts: number;
-  pss_bytes: MaybeNumber;
-  children_count: number;
-  children_rss_bytes: number;
-  children_pss_bytes: MaybeNumber;
-}
-
-export interface ILiveModel {
-  name: string;
-  class?: string;
-  weight_bytes: MaybeNumber;
-  optimizer_bytes: MaybeNumber;
-  held_by?: string[];
-}
-
-export interface IFacts {
-  method: 'facts';
-  ts: number;
-  execution_count: number;
-  tf_status: string | IUnavailable;
-  keras_status: string | IUnavailable;
-  graph_op_count: MaybeNumber;
-  custom_gradient_entries: MaybeNumber;
-  name_counters: { [name: string]: number } | IUnavailable;
-  live_models: ILiveModel[] | IUnavailable;
-}
-
-export interface IEvent {
-  method: 'event';
-  kind: string;
-  ts: number;
-  payload: unknown;
-  text?: string;
-}
-
-export interface IClearResult {
-  method: 'clear_result';
-  request_id: string;
-  ok: boolean;
-  ts: number;
-  report: { [key: string]: unknown } | null;
-  text: string;
-}
-
-export interface IErrorMessage {
-  method: 'error';
-  code: string;
-  message: string;
-  ts: number;
-  request_method?: string;
-}
-
-/** A Ray node an isolated job ran on (null: this machine). */
-export interface IJobNode {
-  ip: string;
-  hostname: string;
-}
-
-/**
- * One isolated job (`run_isolated`, `isolated_map`, `%%fresh_model --isolate`) as the panel
- * shows it. `status` is `running`, or how it ended: `ok`, `error`, `timeout`, `crash`,
- * `interrupted`, `cancelled` (a newer kernel may add others).
- */
-export interface IIsolatedJob {
-  job_id: string;
-  label: string;
-  status: string;
-  on: string;
-  node: IJobNode | null;
-  started_ts: number;
-  wall_s: number | null;
-  rss_peak_bytes: number | null;
-  gpu_peak_bytes: number | null;
-  /** Since 1.4, only with a number: torch's `max_memory_allocated` in the worker, summed. */
-  torch_peak_bytes?: number;
-  /** Since 1.4, only with a number: JAX's `peak_bytes_in_use` in the worker, summed. */
-  jax_peak_bytes?: number;
-  error?: string;
-  /** Optional: the counts of the `isolated_map` this job is an item of (its latest). */
-  map_progress?: IMapProgress;
-}
-
-/** An `isolated_map`'s items: done (from its checkpoint too), running, failed, left; seconds. */
-export interface IMapProgress {
-  total: number;
-  done: number;
-  running: number;
-  failed: number;
-  left: number;
-  elapsed_s: number;
-  /** Estimated from the items finished so far; null before the first one finished. */
-  eta_s: number | null;
-}
-
-/** Since 1.1: a job started. */
-export interface IIsolatedStarted {
-  method: 'isolated_started';
-  ts: number;
-  job: IIsolatedJob;
-}
-
-/** Since 1.1: a running job's memory (at most about 2 a second per job). */
-export interface IIsolatedSample {
-  method: 'isolated_sample';
-  ts: number;
-  job_id: string;
-  rss_bytes: number | null;
-  rss_peak_bytes: number | null;
-  gpu_peak_bytes: number | null;
-  torch_peak_bytes?: number;
-  jax_peak_bytes?: number;
-}
-
-/** Since 1.1: a job ended. */
-export interface IIsolatedDone {
-  method: 'isolated_done';
-  ts: number;
-  job: IIsolatedJob;
-}
-
-/** Since 1.1: the running jobs and the last finished ones (on open, refresh and show). */
-export interface IIsolatedJobs {
-  method: 'isolated_jobs';
-  ts: number;
-  jobs: IIsolatedJob[];
-}
-
-/** A cell's figures: the change in RSS, TF in use, GPU (NVML), registry entries, models. */
-export interface ICellFigures {
-  rss_bytes: number | null;
-  tf_in_use_bytes: number | null;
-  gpu_bytes: number | null;
-  custom_gradient_entries: number | null;
-  live_models: number | null;
-  [figure: string]: number | null;
-}
-
-/**
- * One cell the leak watch knows. `key` is the cell's id (JupyterLab) or a hash of its
- * source; `streak` the last runs in a row that grew (a first run never counts); `per_run`
- * the mean change over the streak (null without one); `fix` `fresh_model` or `isolate`.
- */
-export interface ICellSummary {
-  key: string;
-  cell_id: string | null;
-  execution_count: number | null;
-  first_line?: string;
-  runs: number;
-  streak: number;
-  flagged: boolean;
-  growth_per_run_bytes: number | null;
-  per_run: ICellFigures | null;
-  last: ICellFigures;
-  last_ts?: number;
-  fix: string | null;
-  /** What the last run left behind when worth naming on its own (the one-run rule). */
-  one_run?: IOneRun | null;
-  /** The fix as the kernel words it, with the names holding the memory. */
-  fix_text?: string | null;
-  held_by?: string[];
-}
-
-/** A single run that grew much or left live models (`cell_growth`'s `one_run`). */
-export interface IOneRun {
-  execution_count: number | null;
-  first: boolean;
-  growth_bytes: number | null;
-  new_models: number;
-  held_by: string[];
-  imported?: string[];
-}
-
-/** Since 1.2: the leak watch, flagged cells first, then the recently run ones. */
-export interface ICellGrowth {
-  method: 'cell_growth';
-  ts: number;
-  threshold_bytes: number;
-  min_runs: number;
-  watched_cells: number;
-  cells: ICellSummary[];
-}
-
-/**
- * Since 1.3: one run of a cell on the wire (kernel-clock seconds). `status` is `running`,
- * `ok` or `error` (a newer kernel may add others); `ended_ts` is null while it runs.
- */
-export interface ICellRunData {
-  execution_count: number | null;
-  cell_id: string | null;
-  started_ts: number;
-  ended_ts: number | null;
-  status: string;
-  /** Since 1.5: the kernel's RSS when the cell started, and when it ended. */
-  rss_start_bytes?: number | null;
-  rss_end_bytes?: number | null;
-  /** Since 1.5: the highest RSS during the cell; exact where the kernel's high-water mark rose. */
-  peak_rss_bytes?: number | null;
-  peak_exact?: boolean;
-}
-
-/** Since 1.3: a cell started (ended_ts null) or ended. */
-export interface ICellRunMessage {
-  method: 'cell_run';
-  ts: number;
-  run: ICellRunData;
-}
-
-/** Since 1.3: a moment on the timeline (`clear_tf`, `fresh_model`, ...), kernel clock. */
-export interface IMarkData {
-  kind: string;
-  ts: number;
-}
-
-/** Since 1.5: why this notebook's previous kernel died, as this kernel's `%load_ext` found it. */
-export interface IPostmortem {
-  method: 'postmortem';
-  ts: number;
-  /** The dead kernel's last record time (same machine, same clock); null where unknown. */
-  died_ts: number | null;
-  execution_count: number | null;
-  text: string;
-}
-
-/** Since 1.3: what the kernel kept of the last 15 minutes, once on open (after hello). */
-export interface IHistory {
-  method: 'history';
-  ts: number;
-  samples: ISample[];
-  cell_runs: ICellRunData[];
-  marks: IMarkData[];
-}
+/** Why a value is missing: `not_installed`, `not_imported`, ... (a newer kernel may add others). */
+export type UnavailableReason = IUnavailable['reason'];
 
 export type IsolatedMessage =
   IIsolatedStarted | IIsolatedSample | IIsolatedDone | IIsolatedJobs;
-
-export type KernelMessage =
-  | IHello
-  | ISample
-  | IFacts
-  | IEvent
-  | IClearResult
-  | IErrorMessage
-  | IsolatedMessage
-  | ICellGrowth
-  | ICellRunMessage
-  | IHistory
-  | IPostmortem;
-
-export type FrontendMessage =
-  | { method: 'open'; visible?: boolean; interval_s?: number }
-  | { method: 'visibility'; visible: boolean }
-  | { method: 'configure'; interval_s: number }
-  | { method: 'clear'; request_id: string }
-  | { method: 'refresh' };
 
 export type Direction = 'to_kernel' | 'to_frontend';
 
@@ -541,6 +234,14 @@ const processTree: Check = v =>
     numberOrUnavailable(v.pss_bytes) &&
     numberOrUnavailable(v.children_pss_bytes));
 
+/** A sample's `gpu_context` (since 1.7): NVML's figure for the kernel less the pools. */
+const gpuContext: Check = v =>
+  isObject(v) &&
+  isNumber(v.context_bytes) &&
+  typeof v.upper_bound === 'boolean' &&
+  Array.isArray(v.pools) &&
+  v.pools.every(isString);
+
 /** A framework allocator's `{status, devices: {name: {field: value}}}` (since 1.4). */
 function frameworkDevices(
   v: unknown,
@@ -649,14 +350,15 @@ const TO_FRONTEND: { [method: string]: IFieldSpec } = {
       sample_cost_s: isNumber
     },
     // Since 1.3 (a 1.2 frontend ignores them): cpu_pct, host; since 1.4: torch, jax;
-    // since 1.5: interval_s; since 1.6: process_tree.
+    // since 1.5: interval_s; since 1.6: process_tree; since 1.7: gpu_context.
     optional: {
       cpu_pct: numberOrUnavailable,
       host,
       torch,
       jax,
       interval_s: isNumber,
-      process_tree: processTree
+      process_tree: processTree,
+      gpu_context: gpuContext
     }
   },
   facts: {

@@ -25,8 +25,16 @@ ROOT = Path(__file__).parents[2]
 BUILD_INPUTS = ("package.json", "yarn.lock", ".yarnrc.yml", "install.json", "labextension/src", "labextension/style",
                 "labextension/schema", "labextension/tsconfig.json", "labextension/webpack.config.js")
 
-#: Issue 19: what the extension may weigh, everything JupyterLab serves from its static folder.
-LIMIT_BYTES = 120 * 1024
+#: What the extension may weigh, everything JupyterLab serves from its static folder (issue 31).
+#: Measured 119.6 KiB on 2026-11-28 with the per-kernel store, the series table and the
+#: kernel's story codes;
+#: issue 19's 120 KiB had left 0.9 KiB, and fixes were being dropped for bytes. The rebuilt
+#: panel's remaining fixes (the cell-runs window, labelled and aged figures, a dead kernel's
+#: whole record, section widgets) are estimated at 10-15 KiB more: 140 KiB leaves them room
+#: and still fails on what a budget is for, an accidental weight such as a bundled
+#: @jupyterlab package or a runtime schema validator (ajv alone is about 120 KiB). Adopting a
+#: charting library (uPlot, about 45 KiB) is a decision to measure and then raise this for.
+LIMIT_BYTES = 140 * 1024
 
 
 @dataclass(frozen=True)

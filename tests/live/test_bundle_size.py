@@ -1,4 +1,5 @@
-"""The sidebar's production bundle stays under issue 19's 120 KiB, and the README says its size.
+"""The sidebar's production bundle stays under its budget (production_bundle.LIMIT_BYTES, issue 31's
+140 KiB, set from what the rebuilt panel needs), and the README says its size.
 
 Built from the sources in a scratch folder (tests/live/production_bundle.py), as a release wheel
 builds it: the checkout's own build is usually the development one (unminified, with source maps).
@@ -18,7 +19,7 @@ def bundle(tmp_path_factory):
     return build_production_bundle(tmp_path_factory.mktemp("bundle"))
 
 
-def test_the_production_bundle_stays_under_120_kib(bundle):
+def test_the_production_bundle_stays_under_its_budget(bundle):
     assert bundle.js_bytes > 20 * 1024, f"implausibly small, the build is broken: {bundle}"
     assert bundle.all_bytes < LIMIT_BYTES, f"the production bundle weighs {bundle}, over {LIMIT_BYTES // 1024} KiB"
 

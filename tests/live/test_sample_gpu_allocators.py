@@ -49,7 +49,7 @@ def _gpu_parts(sample: dict) -> dict:
     gpu = sample["gpu"]
     if isinstance(gpu, list):
         gpu = [{k: v for k, v in device.items() if k != "utilisation_pct"} for device in gpu]
-    return {"gpu": gpu, **{name: sample[name] for name in ("torch", "jax") if name in sample}}
+    return {"gpu": gpu, **{name: sample[name] for name in ("torch", "jax", "gpu_context") if name in sample}}
 
 
 #: Each fixture built from the H100 recording: the run and moment of allocator_readings.json
@@ -197,3 +197,48 @@ def _wait_for(condition, timeout_s: float = 60.0) -> None:
     while not condition():
         assert time.monotonic() < deadline, f"condition not met within {timeout_s} s"
         time.sleep(0.01)
+
+
+@pytest.mark.parametrize(("env", "story", "named"), [
+    ({}, "preallocated", ""),
+    ({"XLA_PYTHON_CLIENT_PREALLOCATE": "false"}, "preallocated_off_now", "XLA_PYTHON_CLIENT_PREALLOCATE=false"),
+    ({"XLA_PYTHON_CLIENT_PREALLOCATE": "0", "XLA_PYTHON_CLIENT_ALLOCATOR": "platform"}, "preallocated_off_now",
+     "XLA_PYTHON_CLIENT_PREALLOCATE=0 and XLA_PYTHON_CLIENT_ALLOCATOR=platform"),
+    ({"XLA_PYTHON_CLIENT_MEM_FRACTION": ".5"}, "preallocated_fraction_now", "XLA_PYTHON_CLIENT_MEM_FRACTION=.5"),
+])
+def test_the_sample_carries_the_jax_story_tf_mem_tells(no_framework, env, story, named):
+    """Protocol 1.7: the sidebar words the kernel's story code and never decides it itself, so
+    the code must be the one %tf_mem's advice comes from."""
+    from kerasmagic.snapshot import jax_advice, tf_mem
+
+    for name, value in env.items():
+        no_framework.setenv(name, value)
+    use_recorded(no_framework, "jax default preallocation", "512 MiB array")
+    sample = take_sample(1)
+    device = sample["jax"]["devices"]["gpu:0"]
+    assert (device["pool_story"], device["named_now"]) == (story, named)
+    why, remedy = jax_advice(device, sample["jax"]["preallocation"])
+    assert remedy in " ".join(str(tf_mem()).split())
+
+
+def test_the_sample_carries_the_cuda_context_tf_mem_prints(no_framework):
+    from kerasmagic.snapshot import tf_mem
+
+    use_recorded(no_framework, "torch", "everything freed, cache kept")
+    context = take_sample(1)["gpu_context"]
+    assert context == {"context_bytes": 543162368, "upper_bound": False, "pools": ["torch_reserved"]}
+    (row,) = [line for line in str(tf_mem()).splitlines() if "CUDA context and libraries" in line]
+    assert "≈ 518 MiB" in row and "NVML this process − torch reserved" in row
+
+
+def test_the_cuda_context_is_an_upper_bound_with_tensorflows_pool_and_none_without_nvml():
+    from kerasmagic.probes.sample import cuda_context
+
+    torch = {"cuda:0": {"reserved_bytes": 3 * 2**30}}
+    tf = {"CPU:0": {"in_use_bytes": 2**40, "held_unused_min_bytes": 0},  # not a GPU's: never subtracted
+          "GPU:0": {"in_use_bytes": 2**28, "peak_bytes": 2**28, "held_unused_min_bytes": 0}}
+    assert cuda_context(3764387840, torch, None, tf) == {
+        "context_bytes": 3764387840 - 3 * 2**30 - 2**28, "upper_bound": True, "pools": ["torch_reserved", "tf_pool"]}
+    assert cuda_context(None, torch, None, tf) is None
+    assert cuda_context(2**30, torch, None, None) is None  # NVML below the pools: no estimate, never negative
+    assert cuda_context(2**30, {}, None, {"CPU:0": {"in_use_bytes": 1}}) is None  # no GPU pool at all

@@ -68,11 +68,15 @@ describe('torch rows', () => {
   });
 });
 
-/** A fixture's sample with the kernel's environment saying `preallocation` now. */
-function withSetting(name: string, preallocation: string): ISample {
+/**
+ * A fixture's sample with the story the kernel tells of its pool and the variables set now it
+ * names (kerasmagic/probes/jax_devices.py decides them: tests/core/test_gpu_allocators.py).
+ */
+function withStory(name: string, story: string, named: string): ISample {
   const data = sample(name);
   if (data.jax && 'devices' in data.jax) {
-    data.jax.preallocation = preallocation;
+    data.jax.devices['gpu:0'].pool_story = story;
+    data.jax.devices['gpu:0'].named_now = named;
   }
   return data;
 }
@@ -100,18 +104,16 @@ describe('JAX rows', () => {
   });
 
   it.each([
-    [
-      'XLA_PYTHON_CLIENT_PREALLOCATE=false',
-      'XLA_PYTHON_CLIENT_PREALLOCATE=false'
-    ],
-    [
-      'XLA_PYTHON_CLIENT_PREALLOCATE=0, XLA_PYTHON_CLIENT_ALLOCATOR=platform',
-      'XLA_PYTHON_CLIENT_PREALLOCATE=0 and XLA_PYTHON_CLIENT_ALLOCATOR=platform'
-    ]
+    'XLA_PYTHON_CLIENT_PREALLOCATE=false',
+    'XLA_PYTHON_CLIENT_PREALLOCATE=0 and XLA_PYTHON_CLIENT_ALLOCATOR=platform'
   ])(
     'preallocated, with %s set after JAX started: say so, never ask for it again',
-    (setting, named) => {
-      const data = withSetting('sample_jax_preallocated', setting);
+    named => {
+      const data = withStory(
+        'sample_jax_preallocated',
+        'preallocated_off_now',
+        named
+      );
       const view = gpuView(data, trans);
       expect(texts(view.lines, 'unused')).toEqual([PREALLOCATED]);
       expect(texts(view.lines, 'remedy')).toEqual([
@@ -121,8 +123,9 @@ describe('JAX rows', () => {
   );
 
   it('preallocated, with a fraction set now: the limit, not the kernel, tells whether it is in force', () => {
-    const data = withSetting(
+    const data = withStory(
       'sample_jax_preallocated',
+      'preallocated_fraction_now',
       'XLA_PYTHON_CLIENT_MEM_FRACTION=.5'
     );
     expect(texts(gpuView(data, trans).lines, 'remedy')).toEqual([
@@ -151,9 +154,10 @@ describe('JAX rows', () => {
   });
 
   it('grown, with the platform allocator set after JAX started: say so', () => {
-    const data = withSetting(
+    const data = withStory(
       'sample_jax_grown_pool',
-      'XLA_PYTHON_CLIENT_PREALLOCATE=false, XLA_PYTHON_CLIENT_ALLOCATOR=platform'
+      'grown_platform_now',
+      'XLA_PYTHON_CLIENT_ALLOCATOR=platform'
     );
     const view = gpuView(data, trans);
     expect(texts(view.lines, 'unused')).toEqual([GROWN]);
@@ -162,10 +166,15 @@ describe('JAX rows', () => {
     ]);
   });
 
-  it('without a limit to compare the pool with: no cause claimed', () => {
+  it.each([
+    ['unknown', 'the kernel found no limit to compare the pool with'],
+    [undefined, 'a kernel before 1.7 sent no story'],
+    ['shrunk', 'a newer kernel sent a story this sidebar does not know']
+  ])('without a story it knows (%s: %s): no cause claimed', (story, why) => {
+    expect(why).toBeTruthy();
     const data = sample('sample_jax_grown_pool');
     if (data.jax && 'devices' in data.jax) {
-      data.jax.devices['gpu:0'].limit_bytes = null;
+      data.jax.devices['gpu:0'].pool_story = story;
     }
     const view = gpuView(data, trans);
     expect(texts(view.lines, 'unused')).toEqual([
@@ -204,19 +213,21 @@ describe('TensorFlow GPU rows', () => {
     expect(context?.hint).toBe(
       'NVML this kernel − TF pool (at least): an upper bound, as TF reports only a lower bound of its pool'
     );
-    // With torch beside it, still at most; without TF, an estimate again.
+    // With torch beside it, still at most (the kernel's cuda_context decides:
+    // tests/live/test_sample_gpu_allocators.py); each pool named in the kernel's order.
     const both = sample('sample_torch_cached');
-    both.tf = sample('sample_gpu').tf;
-    if (both.tf && 'devices' in both.tf) {
-      both.tf.devices['GPU:0'] = {
-        in_use_bytes: 2 ** 28,
-        peak_bytes: 2 ** 28,
-        held_unused_min_bytes: 0
-      };
-    }
-    expect(contextLine(both, trans)?.text).toBe(
-      'CUDA context and libraries ≤ 262 MiB'
-    );
+    both.gpu_context = {
+      context_bytes: 262 * 2 ** 20,
+      upper_bound: true,
+      pools: ['torch_reserved', 'tf_pool']
+    };
+    expect(contextLine(both, trans)).toMatchObject({
+      text: 'CUDA context and libraries ≤ 262 MiB',
+      hint: 'NVML this kernel − torch reserved − TF pool (at least): an upper bound, as TF reports only a lower bound of its pool'
+    });
+    // Without the kernel's estimate (a kernel before 1.7), no line: never a guess.
+    delete both.gpu_context;
+    expect(contextLine(both, trans)).toBeNull();
     expect(contextLine(sample('sample_torch_cached'), trans)?.text).toBe(
       'CUDA context and libraries ≈ 518 MiB'
     );
@@ -237,6 +248,7 @@ describe('without a GPU view', () => {
       reason: 'no_device',
       detail: 'no NVIDIA driver'
     };
+    delete data.gpu_context; // as the kernel sends it: no NVML figure, nothing to subtract from
     const view = gpuView(data, trans);
     expect(view.quiet).toBe(false);
     expect(texts(view.lines)).toEqual([

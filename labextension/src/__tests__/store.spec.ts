@@ -1,0 +1,110 @@
+/**
+ * The per-kernel store (store.ts): each kernel keeps its own record, jobs, leak watch and
+ * death across notebook switches, and each part says when it changed.
+ */
+import { readFixture } from './fixtures';
+
+import { SeriesHistory } from '../history';
+import { ICellGrowth, IIsolatedJobs, IsolatedMessage } from '../protocol';
+import { IKernelRecord, IStoreChange, KernelStore } from '../store';
+
+function record(pid: number): IKernelRecord {
+  return {
+    history: new SeriesHistory(10),
+    cellRuns: [],
+    marks: [],
+    host: null,
+    lastSampleTs: null,
+    lastSampleAt: null,
+    lastIntervalS: null,
+    lastEvent: null,
+    clearReport: null,
+    pid,
+    restartedAt: null,
+    hello: null,
+    latestSample: null,
+    latestFacts: null
+  };
+}
+
+const jobs = (): IIsolatedJobs => readFixture('isolated_jobs').data;
+const growth = (): ICellGrowth => readFixture('cell_growth').data;
+
+function listen(store: KernelStore): IStoreChange[] {
+  const seen: IStoreChange[] = [];
+  store.changed.connect((_, change) => seen.push(change));
+  return seen;
+}
+
+describe('KernelStore', () => {
+  it("keeps each kernel's jobs and leak watch apart, across switches", () => {
+    const store = new KernelStore();
+    store.applyJobs('k1', jobs(), 0);
+    store.setCellGrowth('k1', growth());
+    // The user switches to another notebook's kernel, then back.
+    expect(store.entry('k2').jobs.size).toBe(0);
+    expect(store.entry('k2').cellGrowth).toBeNull();
+    expect(store.entry('k1').jobs.size).toBe(jobs().jobs.length);
+    expect(store.entry('k1').cellGrowth?.cells.length).toBe(2);
+  });
+
+  it('says which kernel and which part changed, and only on a change', () => {
+    const store = new KernelStore();
+    const seen = listen(store);
+    store.applyJobs('k1', jobs(), 0);
+    store.setCellGrowth('k2', growth());
+    store.setRecord('k1', record(1));
+    // A sample of a job this store never saw start changes nothing.
+    const stray: IsolatedMessage = readFixture('isolated_sample').data;
+    store.applyJobs('k3', stray, 0);
+    expect(seen).toEqual([
+      { kernelId: 'k1', part: 'jobs' },
+      { kernelId: 'k2', part: 'cellGrowth' },
+      { kernelId: 'k1', part: 'record' }
+    ]);
+  });
+
+  it("forgets a restarted process's jobs and leak watch, keeps them on a new record otherwise", () => {
+    const store = new KernelStore();
+    store.applyJobs('k1', jobs(), 0);
+    store.setCellGrowth('k1', growth());
+    store.setRecord('k1', record(1));
+    expect(store.entry('k1').jobs.size).toBeGreaterThan(0);
+    store.setRecord('k1', record(2), { restarted: true });
+    expect(store.entry('k1').record?.pid).toBe(2);
+    expect(store.entry('k1').jobs.size).toBe(0);
+    expect(store.entry('k1').cellGrowth).toBeNull();
+  });
+
+  it('keeps the most recently used kernels', () => {
+    const store = new KernelStore(3);
+    ['a', 'b', 'c'].forEach(id => store.setRecord(id, record(1)));
+    store.entry('a'); // looked at again: now the newest
+    store.setRecord('d', record(1));
+    expect(store.kernelIds).toEqual(['c', 'a', 'd']);
+    expect(store.peek('b')).toBeUndefined();
+    expect(store.records()).toHaveLength(3);
+  });
+
+  it('keeps a dismissed death dismissed, and tells a later one', () => {
+    const store = new KernelStore();
+    const seen = listen(store);
+    const dead = record(1);
+    store.setDeath('k1', {
+      diedTs: 100,
+      executionCount: 3,
+      text: null,
+      record: dead
+    });
+    expect(store.entry('k1').death?.record).toBe(dead);
+    store.dismissDeath('k1', 150);
+    expect(store.entry('k1').death).toBeNull();
+    // The next kernel's postmortem tells every comm the same death again: not news.
+    const told = { diedTs: 100, executionCount: 3, text: 'OOM', record: null };
+    store.setDeath('k1', told);
+    expect(store.entry('k1').death).toBeNull();
+    store.setDeath('k1', { ...told, diedTs: 200 });
+    expect(store.entry('k1').death?.text).toBe('OOM');
+    expect(seen.map(c => c.part)).toEqual(['death', 'death', 'death']);
+  });
+});

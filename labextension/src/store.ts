@@ -1,0 +1,238 @@
+/**
+ * The sidebar's one home for what it knows of each kernel: its record (history, cell runs,
+ * marks, last hello, sample and facts), its isolated jobs, its leak watch, and the death of its
+ * previous process. Kept per kernel id for the last few kernels, so that switching notebooks
+ * shows each kernel's own past at once and never one kernel's figures under another's pid.
+ * The transport (connection.ts) writes here; each part says when it changed on its own
+ * signal, so a section redraws only for its part.
+ */
+
+import { ISignal, Signal } from '@lumino/signaling';
+
+import { ICellRun, IMark, SeriesHistory } from './history';
+import { JobTable } from './jobs';
+import {
+  ICellGrowth,
+  IEvent,
+  IFacts,
+  IHello,
+  ISample,
+  IsolatedMessage
+} from './protocol';
+
+/** The host's memory, from the latest sample that had it. */
+export interface IHostMemory {
+  totalBytes: number;
+  availableBytes: number;
+}
+
+/** The last Clear session of one kernel, as the panel shows it. */
+export interface IClearReport {
+  status: 'pending' | 'ok' | 'failed';
+  /** The kernel's summary (ok, failed) or why no answer came (error). */
+  text: string;
+  /** Set when no answer came from the kernel (disconnected, not connected). */
+  error?: string;
+  /** The kernel's `CleanReport.to_dict()` (ok), for the panel's compact summary. */
+  report?: { [key: string]: unknown } | null;
+}
+
+/**
+ * What the sidebar keeps per kernel, so that two notebooks never show each other's data:
+ * the sparklines' history, the last Clear session report and event, and the restart.
+ * A restart replaces the whole record (the kernel id stays the same).
+ */
+export interface IKernelRecord {
+  history: SeriesHistory;
+  /** Cell runs, oldest first (kernel clock), at most MAX_CELL_RUNS. */
+  cellRuns: ICellRun[];
+  /** Clear session, fresh_model, restart..., oldest first (kernel clock). */
+  marks: IMark[];
+  host: IHostMemory | null;
+  /** Kernel-clock ts of the newest sample recorded, and when it arrived (ms, page clock). */
+  lastSampleTs: number | null;
+  lastSampleAt: number | null;
+  /** The interval the newest sample was taken at (the kernel's, or ours before 1.5). */
+  lastIntervalS: number | null;
+  lastEvent: IEvent | null;
+  clearReport: IClearReport | null;
+  /** The pid the kernel's hello gave; another pid under the same id is a restart. */
+  pid: number | null;
+  /** When this page saw the kernel restart (ms since the epoch), null if it did not. */
+  restartedAt: number | null;
+  /** The kernel's last hello, sample and facts: what the panel shows again at once when the
+   * user comes back to this kernel, marked "updating…" until the kernel answers. */
+  hello: IHello | null;
+  latestSample: ISample | null;
+  latestFacts: IFacts | null;
+}
+
+/** A kernel that died, as the sidebar tells it until the user dismisses it. */
+export interface IDeath {
+  /** When, on the kernel's clock; null where not known. */
+  diedTs: number | null;
+  /** The cell that was running (its `In[n]`), null between cells or where not known. */
+  executionCount: number | null;
+  /** Why, as the next kernel's kerasmagic found it (`postmortem`); null until it says. */
+  text: string | null;
+  /** The dead kernel's record (its timeline, runs and marks); null where this page did not
+   * see the death (reloaded since: only the next kernel's `postmortem` tells it). */
+  record: IKernelRecord | null;
+}
+
+/** What one kernel id holds in the store. */
+export interface IKernelEntry {
+  /** The current process's record; null until the transport makes one. */
+  record: IKernelRecord | null;
+  /** Its isolated jobs (the kernel's `isolated_*` messages). */
+  jobs: JobTable;
+  /** Its leak watch, null before its first `cell_growth`. */
+  cellGrowth: ICellGrowth | null;
+  /** The death of its previous process, until dismissed. */
+  death: IDeath | null;
+  /** When (kernel clock) the user last dismissed a death: a `postmortem` of a death before
+   * then stays dismissed. */
+  dismissedUntil: number | null;
+}
+
+/** The parts of an entry, each with its own change notice. */
+export type StorePart = 'record' | 'jobs' | 'cellGrowth' | 'death';
+
+/** A change notice: which kernel, which part. */
+export interface IStoreChange {
+  kernelId: string;
+  part: StorePart;
+}
+
+/**
+ * The per-kernel store.
+ *
+ * Example: `store.setCellGrowth('k1', message)` emits `{kernelId: 'k1', part: 'cellGrowth'}`
+ * on `changed`; `store.entry('k1').cellGrowth` is `message` until `k1`'s process restarts
+ * (`store.setRecord('k1', record, {restarted: true})`), whoever is looked at in between.
+ */
+export class KernelStore {
+  /** @param maxKernels the kernels kept (the least recently used go first). */
+  constructor(readonly maxKernels = 8) {}
+
+  /** Every change, with its kernel and part. */
+  get changed(): ISignal<this, IStoreChange> {
+    return this._changed;
+  }
+
+  /** The kernel ids held, least recently used first. */
+  get kernelIds(): string[] {
+    return Array.from(this._entries.keys());
+  }
+
+  /** The entry of `kernelId`, made on first use; it becomes the most recently used. */
+  entry(kernelId: string): IKernelEntry {
+    let entry = this._entries.get(kernelId);
+    if (entry) {
+      this._entries.delete(kernelId);
+    } else {
+      entry = {
+        record: null,
+        jobs: new JobTable(),
+        cellGrowth: null,
+        death: null,
+        dismissedUntil: null
+      };
+    }
+    this._entries.set(kernelId, entry);
+    while (this._entries.size > this.maxKernels) {
+      this._entries.delete(this._entries.keys().next().value as string);
+    }
+    return entry;
+  }
+
+  /** The entry of `kernelId` if the store holds one, without touching its age. */
+  peek(kernelId: string): IKernelEntry | undefined {
+    return this._entries.get(kernelId);
+  }
+
+  /** Every record held (to resize their histories on new settings). */
+  records(): IKernelRecord[] {
+    const records: IKernelRecord[] = [];
+    this._entries.forEach(entry => {
+      if (entry.record) {
+        records.push(entry.record);
+      }
+    });
+    return records;
+  }
+
+  /**
+   * A new record for `kernelId`'s process. `restarted`: a new process under the same id,
+   * which has no jobs and no leak watch yet (its kernel sends its own after `hello`).
+   */
+  setRecord(
+    kernelId: string,
+    record: IKernelRecord,
+    options: { restarted?: boolean } = {}
+  ): void {
+    const entry = this.entry(kernelId);
+    entry.record = record;
+    this._emit(kernelId, 'record');
+    if (options.restarted) {
+      entry.jobs.clear();
+      entry.cellGrowth = null;
+      this._emit(kernelId, 'jobs');
+      this._emit(kernelId, 'cellGrowth');
+    }
+  }
+
+  /** Tell the listeners that `kernelId`'s record changed in place (a sample, a run, a mark). */
+  recordChanged(kernelId: string): void {
+    this._emit(kernelId, 'record');
+  }
+
+  /** Fold an `isolated_*` message into `kernelId`'s jobs. */
+  applyJobs(kernelId: string, message: IsolatedMessage, nowMs: number): void {
+    if (this.entry(kernelId).jobs.apply(message, nowMs)) {
+      this._emit(kernelId, 'jobs');
+    }
+  }
+
+  /** `kernelId`'s latest leak watch. */
+  setCellGrowth(kernelId: string, message: ICellGrowth | null): void {
+    this.entry(kernelId).cellGrowth = message;
+    this._emit(kernelId, 'cellGrowth');
+  }
+
+  /**
+   * The death of `kernelId`'s previous process; a `postmortem` (no record: this page did
+   * not see it) of a death from before the user dismissed the last one is not news.
+   */
+  setDeath(kernelId: string, death: IDeath): void {
+    const entry = this.entry(kernelId);
+    const dismissed = entry.dismissedUntil;
+    if (
+      death.record === null &&
+      dismissed !== null &&
+      death.diedTs !== null &&
+      death.diedTs <= dismissed
+    ) {
+      return;
+    }
+    entry.death = death;
+    this._emit(kernelId, 'death');
+  }
+
+  /** The user has read `kernelId`'s death, at `untilTs` on the kernel's clock. */
+  dismissDeath(kernelId: string, untilTs: number): void {
+    const entry = this.entry(kernelId);
+    if (entry.death) {
+      entry.death = null;
+      entry.dismissedUntil = untilTs;
+      this._emit(kernelId, 'death');
+    }
+  }
+
+  private _emit(kernelId: string, part: StorePart): void {
+    this._changed.emit({ kernelId, part });
+  }
+
+  private _entries = new Map<string, IKernelEntry>();
+  private _changed = new Signal<this, IStoreChange>(this);
+}
