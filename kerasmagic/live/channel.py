@@ -22,6 +22,7 @@ from ..cell_numbers import running_cell_number
 from ..compat import kernel_comm_manager
 from ..probes import Unavailable, nvml, process, to_jsonable
 from ..probes import tensorflow as tf_probe
+from ..registry_purge import entries_pin_graphs
 from . import jobs as isolated_jobs
 from .history import KernelHistory
 from .protocol import (
@@ -109,6 +110,7 @@ def _facts(shell) -> dict[str, Any]:
             "keras_status": keras.get("status", "unknown"),
             "graph_op_count": graph.get("graph_op_count", not_imported),
             "custom_gradient_entries": graph.get("custom_gradient_entries", not_imported),
+            "custom_gradients_pin_graphs": entries_pin_graphs(),
             "name_counters": counters if isinstance(counters, dict) else {},
             "live_models": models,
         }

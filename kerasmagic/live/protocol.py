@@ -468,7 +468,8 @@ _TO_FRONTEND: dict[str, tuple[dict, dict]] = {
          "keras_status": _str_or_unavailable, "graph_op_count": _number_or_unavailable,
          "custom_gradient_entries": _number_or_unavailable, "name_counters": _counters,
          "live_models": _models},
-        {},
+        # Since 1.7: whether this TensorFlow's CustomGradient entries keep their graphs (null: no TF).
+        {"custom_gradients_pin_graphs": lambda v: v is None or isinstance(v, bool)},
     ),
     "event": ({"kind": _STR, "ts": _NUM, "payload": _ANY}, {"text": _STR}),
     "clear_result": (

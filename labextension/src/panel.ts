@@ -894,9 +894,15 @@ export class KerasMagicPanel extends Widget {
       ),
       'graph'
     );
-    graph.title = trans.__(
-      'Each training step Keras 3 traces on TensorFlow adds CustomGradient entries that pin its graph and weights; Clear session purges the dead ones.'
-    );
+    // The kernel knows whether its TensorFlow's entries pin graphs (before 2.22) or not.
+    graph.title =
+      facts.custom_gradients_pin_graphs === false
+        ? trans.__(
+            'Each training step Keras 3 traces on TensorFlow adds CustomGradient entries; this TensorFlow (2.22 or later) keeps no graph or weights in them, so they hold no memory.'
+          )
+        : trans.__(
+            'Each training step Keras 3 traces on TensorFlow adds CustomGradient entries that pin its graph and weights; Clear session purges the dead ones.'
+          );
   }
 
   /**

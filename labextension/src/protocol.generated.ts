@@ -288,7 +288,12 @@ export interface IGuardState {
   level?: string | null;
   warnings: number;
   stops: number;
-  last_event?: {} | null;
+  /**
+   * The last warning or stop: kind, execution_count, used_bytes, limit_bytes, used_pct, ts, text.
+   */
+  last_event?: {
+    [k: string]: unknown;
+  } | null;
 }
 /**
  * Keras and graph facts, read on the kernel's main thread after every cell while a listener is visible.
@@ -307,6 +312,10 @@ export interface IFacts {
       }
     | IUnavailable;
   live_models: ILiveModel[] | IUnavailable;
+  /**
+   * Since 1.7: true where TensorFlow's CustomGradient entries keep their traced graphs and models' weights alive (before TF 2.22), false where they pin nothing (2.22 has the upstream fix), null without TensorFlow.
+   */
+  custom_gradients_pin_graphs?: boolean | null;
 }
 /**
  * A Keras model still reachable.

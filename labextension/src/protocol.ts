@@ -372,7 +372,10 @@ const TO_FRONTEND: { [method: string]: IFieldSpec } = {
       name_counters: counters,
       live_models: models
     },
-    optional: {}
+    optional: {
+      custom_gradients_pin_graphs: (value: unknown) =>
+        value === null || typeof value === 'boolean'
+    }
   },
   event: {
     required: { kind: isString, ts: isNumber, payload: isAny },
