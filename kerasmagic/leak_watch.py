@@ -545,6 +545,13 @@ def advice(per_run: dict[str, Any], evidence: dict[str, Any] | None) -> tuple[st
             return ("keep_models",
                     f"Fix: each run keeps one more Keras model alive, held by {_held_by(named)}: keep only what "
                     f"you need from each (e.g. history.history). {remedy}", named)
+        default = proof.get("default") or {}
+        if default.get("models"):
+            # The models are held by the output cache (an echoed History's .model) or the last exception.
+            return ("keep_models",
+                    "Fix: each run keeps one more Keras model alive, held by the output cache or the last "
+                    "exception (an echoed History keeps its .model): end the cell with `;` so that nothing is "
+                    f"echoed. {' '.join(filter(None, [measured, remedy]))}", [])
         return "keep_models", " ".join(filter(None, [FIX_TEXT["keep_models"], measured, remedy])), []
     fresh_cell = bool(evidence.get("fresh_model"))
     freeable = evidence.get("registry_entries_freeable") or 0
@@ -553,8 +560,9 @@ def advice(per_run: dict[str, Any], evidence: dict[str, Any] | None) -> tuple[st
         return ("fresh_model",
                 f"Fix: start the cell with %%fresh_model: {freeable} of TensorFlow's "
                 f"{evidence.get('registry_entries')} CustomGradient entries pin graphs of models the notebook no "
-                "longer keeps (counted now), and the clean %%fresh_model runs before each run frees them. "
-                + (remedy or "A plain `%clear_tf` frees them once."), named)
+                "longer keeps (counted now), and the clean %%fresh_model runs before each run frees them with "
+                "their graphs; a plain `%clear_tf` frees them once (the graphs' memory is not measured here)."
+                + (f" {remedy}" if named else ""), named)
     if named:
         grows = [name for name in named if name in containers]
         what = (f"{_held_by(grows)} {'gains items' if len(grows) == 1 else 'gain items'} on every run and "

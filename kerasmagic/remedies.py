@@ -94,18 +94,26 @@ class Retained:
         return "%clear_tf" + "".join(f" {name}" for name in self.names)
 
     def phrase(self) -> str:
-        """``frees 12.0 MiB (6 Keras models)``: the figure, as a sentence says it.
+        """``frees 1.00 GiB``: the figure, as a sentence says it. A model's figure is its weights and
+        optimizer state, so it is a floor: the graphs TensorFlow traced for it go with it, unmeasured.
 
         Example:
             >>> Retained(("a",), host_bytes=2**30).phrase()
             'frees 1.00 GiB'
+            >>> Retained(("models",), tf_bytes=6 * 2**20, models=2).phrase()[:60]
+            "frees at least 6.00 MiB (2 Keras models' weights and optimiz"
         """
-        parts = [f"{self.models} Keras model{'s' if self.models != 1 else ''}"] if self.models else []
-        pooled = (f"; {format_bytes(self.tf_bytes)} of it goes back to TensorFlow's pool, not to the OS"
-                  if self.tf_pooled and self.tf_bytes else "")
-        extra = f" ({', '.join(parts)}{pooled})" if parts or pooled else ""
+        parts = []
+        if self.models:
+            whose = "1 Keras model's" if self.models == 1 else f"{self.models} Keras models'"
+            parts.append(f"{whose} weights and optimizer state; "
+                         f"{'its' if self.models == 1 else 'their'} traced graphs are not measured")
+        if self.tf_pooled and self.tf_bytes:
+            parts.append(f"{format_bytes(self.tf_bytes)} of it goes back to TensorFlow's pool, not to the OS")
+        extra = f" ({'; '.join(parts)})" if parts else ""
         unsized = f", and {', '.join(self.unsized)} (size not measured)" if self.unsized else ""
-        return f"frees {format_bytes(self.retained_bytes)}{extra}{unsized}"
+        floor = "at least " if self.models or self.unsized else ""
+        return f"frees {floor}{format_bytes(self.retained_bytes)}{extra}{unsized}"
 
     def to_dict(self) -> dict[str, Any]:
         return {"command": self.command, "names": list(self.names), "retained_bytes": self.retained_bytes,
@@ -257,8 +265,8 @@ class Proof:
     a plain ``%clear_tf`` frees; ``candidates`` what each name looked at would free on its own.
 
     Example:
-        >>> Proof(None, Retained(()), 0, {}).sentence()
-        'A plain `%clear_tf` (it deletes none of your variables) frees nothing measurable now.'
+        >>> Proof(None, Retained(()), 0, {}).sentence()[:60]
+        'A plain `%clear_tf` (it deletes none of your variables) is s'
     """
 
     named: Retained | None
@@ -279,9 +287,11 @@ class Proof:
         if self.named is not None:
             return f"`{self.named.command}` {self.named.phrase()} (measured now)."
         if self.default.retained_bytes or self.default.unsized:
-            return (f"A plain `%clear_tf` (it deletes none of your variables) {self.default.phrase()} "
-                    "held by the output cache and the last exception (measured now).")
-        return "A plain `%clear_tf` (it deletes none of your variables) frees nothing measurable now."
+            return (f"A plain `%clear_tf` (it deletes none of your variables) {self.default.phrase()}, "
+                    "held only by the output cache or the last exception (measured now).")
+        return ("A plain `%clear_tf` (it deletes none of your variables) is safe, but it frees no object this "
+                "walk can size now (what it does free, collected cycles and heap handed back, is known only "
+                "after it runs).")
 
     def measured(self) -> str:
         """What the walk found for the names it looked at: ``models retains 319 B``."""
