@@ -33,6 +33,7 @@ from .probes import torch_cuda as torch_probe
 from .probes.availability import Unavailable, guarded
 from .records import Record, wire
 from .registry_purge import PurgeResult, entries_tied_to_their_variables, purge_dead_custom_gradients
+from .remedies import RetainedWalk
 from .snapshot import child_processes_note
 from .tables import Report, Section, format_bytes
 
@@ -101,6 +102,8 @@ class CleanReport(Record, Report):
     registry: PurgeResult | None = None
     preserved_settings: dict[str, Any] = field(default_factory=dict, metadata=wire(convert=_settings_as_text))
     still_held: list[str] = field(default_factory=list)
+    #: Each "Still held" line that names a command, with what the command frees and how it was measured.
+    still_held_evidence: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def rss_freed_bytes(self) -> int:
@@ -515,10 +518,23 @@ def _still_held(shell, report: CleanReport, survivors: list[Any]) -> list[str]:
     held = []
     reachable: set[int] = set()
     if shell is not None:
-        for item in HolderSearch(shell).heavy:
+        search = HolderSearch(shell)
+        lines = []
+        for item in search.heavy:
             reachable.add(id(item.obj))
             places = ", ".join(h.where for h in item.holders)
-            held.append(f"{item.info['label']} ({format_bytes(item.info['bytes'])}) held by {places}")
+            names = list(dict.fromkeys(h.root for h in item.holders if h.kind in ("variable", "history")))
+            lines.append((f"{item.info['label']} ({format_bytes(item.info['bytes'])}) held by {places}", names))
+        walk = RetainedWalk(shell, search=search)
+        del search
+        for line, names in lines:
+            # What frees it, only where measured: deleting its holders frees its own memory (a model whose
+            # weights a kept model shares, or a view of a kept array, frees nothing and gets no command).
+            freed = walk.freed_by(names) if names else None
+            if freed is not None and (freed.retained_bytes or freed.unsized):
+                line += f" — `{freed.command}` {freed.phrase()} (measured now)"
+                report.still_held_evidence.append({"held": line, **freed.to_dict()})
+            held.append(line)
     for model in survivors:
         if id(model) not in reachable:
             info = describe(model)

@@ -343,6 +343,9 @@ class HeavyObject:
     obj: Any = field(repr=False)
     info: dict[str, Any]
     holders: list[Holder]
+    #: How many references to it the search walked (items, attributes, roots): what it can account for
+    #: of the object's reference count (:mod:`kerasmagic.remedies` tells "held elsewhere" by it).
+    walked_refs: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         info = {k: v for k, v in self.info.items()}
@@ -905,7 +908,7 @@ class HolderSearch:
             info = describe(obj)
             if size is not None:
                 info["bytes"] = size
-            objects.append(HeavyObject(obj, info, self._paths(key)))
+            objects.append(HeavyObject(obj, info, self._paths(key), len(self._parents.get(key, ()))))
         objects.sort(key=lambda o: -(o.info["bytes"] or 0))
         _label_apart(objects)
         return objects

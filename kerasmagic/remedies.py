@@ -18,6 +18,7 @@ measured and offers the safe default, a plain ``%clear_tf`` (it deletes no varia
 from __future__ import annotations
 
 import sys
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -162,7 +163,15 @@ class RetainedWalk:
         self.visited = search.visited
         self.seconds = search.seconds
         self.tf_pooled = tf_keeps_a_pool()
+        # The search keeps each root's value (root_values): one more reference for each root an object is.
+        as_root = Counter(id(value) for value in search.root_values.values())
         owners: dict[int, int] = {}  # an ndarray base's id -> the views of it found
+        for heavy in search.heavy:
+            base = getattr(heavy.obj, "base", None) if type(heavy.obj).__module__ == "numpy" else None
+            if base is not None and type(base).__module__ == "numpy" and hasattr(base, "nbytes"):
+                owners[id(base)] = owners.get(id(base), 0) + 1
+        base = None  # a local left bound would be one more reference to what is counted below
+        self._held_elsewhere: set[int] = set()
         items: list[_Item] = []
         for heavy in search.heavy:
             obj = heavy.obj
@@ -179,9 +188,13 @@ class RetainedWalk:
                 if base is not None and type(base).__module__ == "numpy" and hasattr(base, "nbytes"):
                     # A view: its memory is its base's, freed only with the base.
                     parts = {id(base): int(base.nbytes)}
-                    owners[id(base)] = owners.get(id(base), 0) + 1
                 elif isinstance(size, int):
                     parts = {id(obj): size}
+                    # References the walk did not see (a small view's .base, a library's cache): its memory
+                    # outlives every name the walk knows. Counted here: heavy.obj, obj, getrefcount's argument.
+                    unseen = sys.getrefcount(obj) - 3 - as_root.get(id(obj), 0) - owners.get(id(obj), 0)
+                    if unseen > heavy.walked_refs:
+                        self._held_elsewhere.add(id(obj))
             roots = frozenset((h.kind, h.root) for h in heavy.holders)
             # The search lists a bounded number of holders: with that many, more may exist.
             capped = len(heavy.holders) >= 30
@@ -192,7 +205,6 @@ class RetainedWalk:
                                roots if not capped else frozenset({("unknown", "")}), parts, framework, sized))
         # A base held by more than its views (a DataFrame's block, an object the walk does not enter)
         # is not freed by deleting the views: its memory is claimed by nobody.
-        self._held_elsewhere: set[int] = set()
         heavy_ids = {id(heavy.obj) for heavy in search.heavy}
         for heavy in search.heavy:
             base = getattr(heavy.obj, "base", None) if type(heavy.obj).__module__ == "numpy" else None
