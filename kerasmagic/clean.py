@@ -527,11 +527,15 @@ def _still_held(shell, report: CleanReport, survivors: list[Any]) -> list[str]:
             lines.append((f"{item.info['label']} ({format_bytes(item.info['bytes'])}) held by {places}", names))
         walk = RetainedWalk(shell, search=search)
         del search
+        said: set[str] = set()
         for line, names in lines:
             # What frees it, only where measured: deleting its holders frees its own memory (a model whose
             # weights a kept model shares, or a view of a kept array, frees nothing and gets no command).
             freed = walk.freed_by(names) if names else None
-            if freed is not None and (freed.retained_bytes or freed.unsized):
+            if freed is not None and freed.command in said:
+                line += f" — freed by the same `{freed.command}`"
+            elif freed is not None and (freed.retained_bytes or freed.unsized):
+                said.add(freed.command)
                 line += f" — `{freed.command}` {freed.phrase()} (measured now)"
                 report.still_held_evidence.append({"held": line, **freed.to_dict()})
             held.append(line)

@@ -401,7 +401,8 @@ class _Cell:
         self.one_run: dict[str, Any] | None = None
         #: What that run made, by weak reference: named only while some of it is alive.
         self.one_run_left: _Left | None = None
-        #: The Keras models the last run made, by weak reference: the leftovers a re-run names.
+        #: The Keras models this cell's runs made (the last 50 still alive), by weak reference: the
+        #: leftovers a re-run names, never another cell's models.
         self.made_models: list[weakref.ref] = []
         #: What holds the growth, read when the cell was last flagged (:meth:`LeakWatch._evidence`).
         self.evidence: dict[str, Any] | None = None
@@ -978,27 +979,30 @@ class LeakWatch:
         previous = frozenset(id(model) for model in (ref() for ref in cell.made_models) if model is not None)
         one_run, left = self._one_run(run, scan_before, scan_after, imported=frameworks_after - frameworks_before,
                                       previous=previous)
-        del previous
         cell.add(run, source, one_run, left)
         if scan_before is not None and scan_after is not None and scan_after.models is not None:
             made = scan_after.models - (scan_before.models or set())
-            cell.made_models = [ref for key, ref in scan_after.model_refs.items() if key in made]
+            alive = [ref for ref in cell.made_models if ref() is not None]
+            cell.made_models = (alive + [ref for key, ref in scan_after.model_refs.items() if key in made])[-50:]
         if len(cell.streak) >= MIN_RUNS:
             # Flagged by this run: find out, once per flagged run, what holds the growth.
-            cell.evidence = self._evidence(cell, source, scan_before, scan_after)
+            cell.evidence = self._evidence(cell, source, scan_before, scan_after, previous)
         while len(self._cells) > KEEP_CELLS:
             self._cells.popitem(last=False)
 
-    def _evidence(self, cell: _Cell, source: str, before: _Scan | None, after: _Scan | None) -> dict[str, Any]:
+    def _evidence(self, cell: _Cell, source: str, before: _Scan | None, after: _Scan | None,
+                  previous: frozenset[int] = frozenset()) -> dict[str, Any]:
         """What holds a flagged cell's growth, and what each remedy would free, measured now: the
         advice (:func:`advice`) is chosen from this."""
         search = HolderSearch(self.shell)  # one search for both: each leaves heap behind in the kernel
-        left = _holders(self.shell, before, after, search)
+        left = _holders(self.shell, before, after, search, previous)
         streak = cell.streak
         explained = sum(run.growth_bytes or 0 for run in streak)
         models_grew = (_mean([run.live_models for run in streak]) or 0) >= 0.5
         containers = cell.streak_containers()
-        candidates = [*containers, *left.held_by, *(left.models_held_by if models_grew else [])]
+        # The models this cell's earlier runs made are its leftovers: their holders, not every model's
+        # (a list of models another cell filled is a bystander here).
+        candidates = [*containers, *left.held_by, *(left.old_models_held_by if models_grew and previous else [])]
         walk = RetainedWalk(self.shell, search=search)
         del search
         proof = prove(self.shell, explained, candidates, models_left=models_grew, walk=walk, current=left.ids)
