@@ -727,7 +727,10 @@ def clear_tf(
     report.gpu_after_bytes = _gpu_process_total() if report.gpu_before_bytes is not None else None
     held = guarded(functools.partial(_still_held, shell, report, survivors), "listing what is still held")
     report.still_held = held if isinstance(held, list) else []
-    del survivors
+    del survivors, held
+    # The search and walk of the Still held lines allocate and free many small objects: hand that heap
+    # back too, or each clean (each %%fresh_model run) leaves it in RSS.
+    trim_heap()
     report.seconds = time.perf_counter() - started
     events.publish("clear_tf", report.to_dict())
     return report
