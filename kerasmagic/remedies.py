@@ -158,6 +158,7 @@ class RetainedWalk:
                 (k, "variable", v) for k, v in (namespace or {}).items()
                 if not (k.startswith("__") and k.endswith("__"))]
             search = HolderSearch(shell, roots=namespace_roots)
+            del namespace_roots  # its tuples are references the walk did not take
         #: The search stopped at its budget: a holder past it is unknown, so nothing is proven.
         self.truncated = search.truncated
         self.visited = search.visited
@@ -165,6 +166,8 @@ class RetainedWalk:
         self.tf_pooled = tf_keeps_a_pool()
         # The search keeps each root's value (root_values): one more reference for each root an object is.
         as_root = Counter(id(value) for value in search.root_values.values())
+        if shell is None and namespace:
+            as_root.update(id(value) for value in namespace.values())  # the namespace itself holds each
         owners: dict[int, int] = {}  # an ndarray base's id -> the views of it found
         for heavy in search.heavy:
             base = getattr(heavy.obj, "base", None) if type(heavy.obj).__module__ == "numpy" else None
