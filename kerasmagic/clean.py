@@ -47,6 +47,7 @@ from .registry_purge import (
     entries_tied_to_their_variables,
     purge_dead_custom_gradients,
 )
+from .remedies import RetainedWalk
 from .snapshot import child_processes_note
 from .tables import Report, Section, format_bytes
 
@@ -115,6 +116,8 @@ class CleanReport(Record, Report):
     registry: PurgeResult | None = None
     preserved_settings: dict[str, Any] = field(default_factory=dict, metadata=wire(convert=_settings_as_text))
     still_held: list[str] = field(default_factory=list)
+    #: Each "Still held" line that names a command, with what the command frees and how it was measured.
+    still_held_evidence: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def rss_freed_bytes(self) -> int:
@@ -549,10 +552,27 @@ def _still_held(shell, namespace: dict[str, Any], report: CleanReport, survivors
     pool and registry."""
     held = []
     reachable: set[int] = set()
-    for item in session_search(shell, namespace).heavy:
+    search = session_search(shell, namespace)
+    lines = []
+    for item in search.heavy:
         reachable.add(id(item.obj))
         places = ", ".join(h.where for h in item.holders)
-        held.append(f"{item.info['label']} ({format_bytes(item.info['bytes'])}) held by {places}")
+        names = list(dict.fromkeys(h.root for h in item.holders if h.kind in ("variable", "history")))
+        lines.append((f"{item.info['label']} ({format_bytes(item.info['bytes'])}) held by {places}", names))
+    walk = RetainedWalk(shell, namespace, search=search)
+    del search
+    said: set[str] = set()
+    for line, names in lines:
+        # What frees it, only where measured: deleting its holders frees its own memory (a model whose
+        # weights a kept model shares, or a view of a kept array, frees nothing and gets no command).
+        freed = walk.freed_by(names) if names else None
+        if freed is not None and freed.command in said:
+            line += f" — freed by the same `{freed.command}`"
+        elif freed is not None and (freed.retained_bytes or freed.unsized):
+            said.add(freed.command)
+            line += f" — `{freed.command}` {freed.phrase()} (measured now)"
+            report.still_held_evidence.append({"held": line, **freed.to_dict()})
+        held.append(line)
     session = "the notebook" if shell is not None else "the script's variables"
     for model in survivors:
         if id(model) not in reachable:
@@ -743,7 +763,10 @@ def clear_tf(
     report.gpu_after_bytes = _gpu_process_total() if report.gpu_before_bytes is not None else None
     held = guarded(functools.partial(_still_held, shell, namespace, report, survivors), "listing what is still held")
     report.still_held = held if isinstance(held, list) else []
-    del survivors
+    del survivors, held
+    # The search and walk of the Still held lines allocate and free many small objects: hand that heap
+    # back too, or each clean (each %%fresh_model run) leaves it in RSS.
+    trim_heap()
     report.seconds = time.perf_counter() - started
     events.publish("clear_tf", report.to_dict())
     return report

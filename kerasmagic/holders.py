@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import gc
+import mmap
 import sys
 import time
 import types
@@ -164,6 +165,12 @@ def describe(obj: Any) -> dict[str, Any]:
                 "bytes": None, "graph_ops": graph_ops(graph)}
     if module == "tensorflow.python.framework.ops" and cls.__name__ == "Graph":
         return {"kind": "graph", "label": f"Graph, {graph_ops(obj)} ops", "bytes": None, "graph_ops": graph_ops(obj)}
+    if isinstance(obj, _BUFFER_TYPES):
+        try:
+            length: int | None = len(obj)  # type: ignore[arg-type]  # one of _BUFFER_TYPES
+        except (TypeError, ValueError):  # a closed mmap
+            length = None
+        return {"kind": "buffer", "label": f"{cls.__name__}[{format_bytes(length)}]", "bytes": length, "device": None}
     if _package(module) == "pandas":
         shape = "x".join(str(n) for n in getattr(obj, "shape", ()))
         return {"kind": "table", "label": f"{cls.__name__}[{shape}]", "bytes": _heavy_size(obj, _TABLE)}
@@ -337,6 +344,9 @@ class HeavyObject:
     obj: Any = field(repr=False)
     info: dict[str, Any]
     holders: list[Holder]
+    #: How many references to it the search walked (items, attributes, roots): what it can account for
+    #: of the object's reference count (:mod:`kerasmagic.remedies` tells "held elsewhere" by it).
+    walked_refs: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         info = {k: v for k, v in self.info.items()}
@@ -437,7 +447,7 @@ _ARRAY_PACKAGES = frozenset({"numpy", "tensorflow", "torch", "jax", "jaxlib", "k
 
 #: Values that hold nothing (or nothing a user can act on): never followed.
 _ATOM_TYPES: tuple[type, ...] = (
-    int, float, complex, str, bytes, bytearray, range, slice, memoryview, type(None), type(Ellipsis),
+    int, float, complex, str, range, slice, memoryview, type(None), type(Ellipsis),
     types.ModuleType, types.CodeType, types.FrameType, types.TracebackType, types.BuiltinFunctionType,
     types.GeneratorType, types.CoroutineType, types.CellType, types.GetSetDescriptorType,
     types.MemberDescriptorType, types.WrapperDescriptorType, types.MethodWrapperType, property,
@@ -457,8 +467,12 @@ _MAX_HOLDERS = 30
 # What the search does with an object, decided once per type.
 _ATOM, _MODEL, _ARRAY, _TABLE, _SESSION, _GRAPH, _CALLBACK, _TF_FUNCTION = range(8)
 _OPAQUE, _MAPPING, _SEQUENCE, _SET, _PARTIAL, _METHOD, _FUNCTION, _CLASS, _WALK = range(8, 17)
+#: Raw buffers (``bytes``, ``bytearray``, ``mmap``): heavy from ``LARGE_OBJECT_BYTES`` on, never walked.
+_BUFFER = 17
 #: The categories whose objects are heavy (reported) rather than walked.
-_HEAVY_CATEGORIES = frozenset({_MODEL, _ARRAY, _TABLE, _SESSION, _GRAPH})
+_HEAVY_CATEGORIES = frozenset({_MODEL, _ARRAY, _TABLE, _SESSION, _GRAPH, _BUFFER})
+#: The buffer types: a list of 2 MiB ``bytearray`` chunks holds memory as surely as a list of arrays.
+_BUFFER_TYPES: tuple[type, ...] = (bytes, bytearray, mmap.mmap)
 
 
 def _package(module: Any) -> str:
@@ -467,6 +481,8 @@ def _package(module: Any) -> str:
 
 def _category(cls: type, models: tuple[type, ...], callbacks: tuple[type, ...]) -> int:
     """What the search does with objects of ``cls`` (cached per search: Keras may be imported later)."""
+    if issubclass(cls, _BUFFER_TYPES):
+        return _BUFFER
     if issubclass(cls, _ATOM_TYPES):
         return _ATOM
     if models and issubclass(cls, models):
@@ -630,9 +646,14 @@ def _edges(obj: Any, category: int) -> list[Any]:
 
 
 def _heavy_size(obj: Any, category: int) -> int | None:
-    """Bytes of an array or table, None if ``obj`` is not one (or too small to list)."""
+    """Bytes of an array, table or buffer, None if ``obj`` is not one (or too small to list)."""
     if category == _ARRAY:
         size = tensor_nbytes(obj)
+    elif category == _BUFFER:
+        try:
+            size = len(obj)
+        except (TypeError, ValueError):  # a closed mmap
+            return None
     else:  # _TABLE
         try:
             usage = obj.memory_usage(index=True, deep=False)
@@ -790,7 +811,7 @@ class HolderSearch:
 
     def _walk(self, roots: Iterator[tuple[str, str, Any]]) -> None:
         models, callbacks = keras_probe.model_classes(), keras_probe.callback_classes()
-        categories: dict[type, int] = {cls: _ATOM for cls in (int, float, str, bool, bytes, type(None))}
+        categories: dict[type, int] = {cls: _ATOM for cls in (int, float, str, bool, type(None))}
         parents = self._parents
         heavy = self._heavy
         # id -> object for everything walked: keeps each alive, so that no id is reused during the walk.
@@ -808,7 +829,7 @@ class HolderSearch:
             if key in heavy:
                 return True
             size = None
-            if category in (_ARRAY, _TABLE):
+            if category in (_ARRAY, _TABLE, _BUFFER):
                 size = _heavy_size(value, category)
                 if size is None:
                     return False
@@ -916,7 +937,7 @@ class HolderSearch:
             info = describe(obj)
             if size is not None:
                 info["bytes"] = size
-            objects.append(HeavyObject(obj, info, self._paths(key)))
+            objects.append(HeavyObject(obj, info, self._paths(key), len(self._parents.get(key, ()))))
         objects.sort(key=lambda o: -(o.info["bytes"] or 0))
         _label_apart(objects)
         return objects

@@ -29,17 +29,19 @@ import hashlib
 import logging
 import sys
 import time
+import weakref
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import Any
 
 from . import session_runs
-from .holders import collect_heavy
+from .holders import HolderSearch, collect_heavy, graph_ops
 from .probes import keras as keras_probe
 from .probes import tensorflow as tf_probe
 from .probes.availability import guarded
 from .probes.sample import allocator_total, gpu_device_values, gpu_framework_imported, memory_sample
-from .registry_purge import entries_pin_graphs
+from .registry_purge import entries_a_clean_frees
+from .remedies import RetainedWalk, prove
 from .tables import Report, Section, format_bytes
 
 __all__ = ['FIX_TEXT', 'FRESH_CELL_TEXT', 'KEEP_CELLS', 'KEEP_RUNS', 'MIN_RUNS', 'NOISE_BYTES', 'ONE_RUN_BYTES',
@@ -69,29 +71,29 @@ _FRAMEWORKS = ("tensorflow", "torch", "jax", "keras")
 #: At most this many references are looked at when counting the models in the user's variables.
 _MODEL_SCAN_LIMIT = 2000
 
-#: What to do about a flagged cell, by the protocol's ``fix`` code.
+#: What to do about a flagged cell, by the protocol's ``fix`` code, where no measurement is at hand
+#: (a report built from old data): each flag's own ``fix_text`` says what was measured when it was flagged.
 FIX_TEXT = {
-    # Models, CustomGradient entries or TF in use grew: what the clean before the cell frees.
-    "fresh_model": "Fix: start the cell with %%fresh_model, which frees the previous run's models and dead "
-                   "TensorFlow graphs before it runs.",
+    # TensorFlow's CustomGradient entries that pin only graphs of models the notebook no longer keeps.
+    "fresh_model": "Fix: start the cell with %%fresh_model: the clean it runs first frees the previous run's "
+                   "models and the dead TensorFlow graphs they leave.",
     # Each run leaves one more model reachable from the user's variables (a list of models or Histories).
     "keep_models": "Fix: each run keeps one more Keras model alive (a list of models or of History objects "
-                   "holds them): keep only what you need from each, e.g. history.history, then %%fresh_model "
-                   "frees the rest.",
-    # Only RSS grew, alone, and nothing the user holds grew with it: what no in-process clean reaches.
-    "isolate": "Fix: nothing in your variables holds this memory and no in-process clean frees it (an "
-               "allocator's pool, the C heap, a library's cache): %%fresh_model --isolate runs the cell in a "
-               "new process, which gives it all back when it ends.",
+                   "holds them): keep only what you need from each, e.g. history.history.",
+    # Nothing found in the process holds the growth.
+    "isolate": "Fix: nothing kerasmagic can reach in this process holds what this cell keeps (your variables, "
+               "the output cache and the last exception hold none of it, and no CustomGradient entry a clean "
+               "could free pins it): %%fresh_model --isolate runs the cell in a new process, which gives back "
+               "all it used when it ends.",
 }
 #: The ``isolate`` fix for a cell that already starts with ``%%fresh_model``: adding it again is no
 #: fix, and part of what such a cell keeps per run is TensorFlow's stack-trace cache (issue 20).
 FRESH_CELL_TEXT = (
-    "Fix: this cell already starts with %%fresh_model, which frees the previous run's models before it runs; "
-    "what still grows is out of any in-process clean's reach (an allocator's pool, the C heap, a library's cache). "
-    "Part of it is TensorFlow's when the cell traces ops: it keeps their stack traces, with the cell's compiled "
-    "code, for its error messages until the process ends (about 0.7 MiB per run of a Keras fit; the "
-    "%%fresh_model report counts them). %%fresh_model --isolate runs the cell in a new process, which gives it "
-    "all back when it ends."
+    "Fix: this cell already starts with %%fresh_model, and nothing kerasmagic can reach in this process holds "
+    "what it still keeps (your variables, the output cache and the last exception hold none of it). Part of it "
+    "is TensorFlow's when the cell traces ops: it keeps their stack traces, with the cell's compiled code, for "
+    "its error messages until the process ends (the %%fresh_model report counts them). %%fresh_model --isolate "
+    "runs the cell in a new process, which gives back all it used when it ends."
 )
 
 #: The figures recorded per run, as they are named on the wire.
@@ -119,6 +121,8 @@ class _Scan:
     #: Length of each of the user's top-level lists, dicts, sets and tuples (``Out`` included): a name
     #: whose container gains items on every growing run is what keeps the growth.
     lengths: dict[str, int] = field(default_factory=dict)
+    #: Weak references to the models found, by id: what a run made can be told apart on its next run.
+    model_refs: dict[int, Any] = field(default_factory=dict)
 
 
 def _scan(shell) -> _Scan:
@@ -143,7 +147,16 @@ def _scan(shell) -> _Scan:
     skip = {id(getattr(history, "input_hist_parsed", None)), id(getattr(history, "input_hist_raw", None)),
             id(shell.user_ns.get("_dh"))}
     found: set[int] = set()
+    refs: dict[int, Any] = {}
     budget = _MODEL_SCAN_LIMIT
+
+    def keep(model: Any) -> None:
+        found.add(id(model))
+        if id(model) not in refs:
+            try:
+                refs[id(model)] = weakref.ref(model)
+            except TypeError:  # a model class without weak references: its run is told by counts only
+                pass
     # One issubclass per type, not one isinstance per value (Keras' classes make isinstance slow).
     kinds: dict[type, bool] = dict.fromkeys(_PLAIN_TYPES, False)
 
@@ -158,12 +171,12 @@ def _scan(shell) -> _Scan:
         if not hit:
             return
         if isinstance(value, classes):
-            found.add(id(value))
+            keep(value)
         else:  # a History: its model
             model = getattr(value, "model", None)
             if isinstance(model, classes):
                 seen.add(id(model))
-                found.add(id(model))
+                keep(model)
 
     lengths: dict[str, int] = {}
 
@@ -189,7 +202,20 @@ def _scan(shell) -> _Scan:
                 note(item)
         else:
             note(value)
-    return _Scan(found if classes else None, seen, lengths)
+    return _Scan(found if classes else None, seen, lengths, refs)
+
+
+def _tf1_graph(value: Any) -> Any:
+    """The TF1 graph a name holds (a Graph, a Session's graph, or one an item or attribute holds)."""
+    try:
+        attributes = object.__getattribute__(value, "__dict__")
+    except Exception:  # noqa: BLE001 - no __dict__, or one that raises
+        attributes = {}
+    attributes = attributes if type(attributes) is dict and not isinstance(value, type) else {}
+    for item in [value, *(value if type(value) in (list, tuple) else ()), *attributes.values()]:
+        if _is_tf1(item):
+            return item if type(item).__name__ == "Graph" else getattr(item, "graph", None)
+    return None
 
 
 def _tf1_holders(shell) -> list[str]:
@@ -213,13 +239,20 @@ _TF1_CLASSES = frozenset({"Session", "InteractiveSession", "Graph"})
 
 
 def _is_tf1(value: Any) -> bool:
+    """A TF1 Session or Graph with ops in it. An eager notebook's objects hold the global default Graph
+    too (a ``tf.data`` dataset keeps it as ``_graph``), empty: no graph-mode story without ops."""
     kind = type(value)
-    return kind.__name__ in _TF1_CLASSES and (kind.__module__ or "").startswith("tensorflow")
+    if not (kind.__name__ in _TF1_CLASSES and (kind.__module__ or "").startswith("tensorflow")):
+        return False
+    graph = value if kind.__name__ == "Graph" else getattr(value, "graph", None)
+    ops = graph_ops(graph)
+    return isinstance(ops, int) and ops > 0
 
 
 def _holds_tf1(value: Any) -> bool:
-    """``value`` is a TF1 Session or Graph, or holds one one level down (an item, or an attribute
-    of a user object such as ``tc.sess``). Judged by class name and module: TF is never imported."""
+    """``value`` is a TF1 Session or Graph with ops, or holds one one level down (an item, or an
+    attribute of a user object such as ``tc.sess``; never inside TensorFlow's own objects). Judged by
+    class name and module: TF is never imported."""
     if _is_tf1(value):
         return True
     try:
@@ -227,6 +260,8 @@ def _holds_tf1(value: Any) -> bool:
             return any(_is_tf1(item) for item in value)
         if type(value) is dict and len(value) <= 100:
             return any(_is_tf1(item) for item in value.values())
+        if (type(value).__module__ or "").split(".", 1)[0] in ("tensorflow", "keras", "tf_keras"):
+            return False
         # Past the object's own __getattribute__: some warn on any attribute read (torch's reduce_op).
         attributes = object.__getattribute__(value, "__dict__")
         if type(attributes) is dict and not issubclass(type(value), type) and len(attributes) <= 100:
@@ -364,14 +399,33 @@ class _Cell:
         self.runs: deque[CellRun] = deque(maxlen=KEEP_RUNS)
         #: What the last run left behind when it is worth naming on its own (:func:`one_run_sentence`).
         self.one_run: dict[str, Any] | None = None
+        #: What that run made, by weak reference: named only while some of it is alive.
+        self.one_run_left: _Left | None = None
+        #: The Keras models this cell's runs made (the last 50 still alive), by weak reference: the
+        #: leftovers a re-run names, never another cell's models.
+        self.made_models: list[weakref.ref] = []
         #: What holds the growth, read when the cell was last flagged (:meth:`LeakWatch._evidence`).
         self.evidence: dict[str, Any] | None = None
 
-    def add(self, run: CellRun, source: str, one_run: dict[str, Any] | None = None) -> None:
+    def add(self, run: CellRun, source: str, one_run: dict[str, Any] | None = None,
+            left: _Left | None = None) -> None:
         self.runs.append(run)
         self.runs_seen += 1
         self.first_line = _first_line(source)
         self.one_run = one_run
+        self.one_run_left = left
+
+    def one_run_now(self) -> dict[str, Any] | None:
+        """The last run's own finding, unless everything it made is gone since (``del a``): a freed
+        allocation is not blamed. A run whose growth nothing of the notebook held stays named."""
+        if self.one_run is None:
+            return None
+        left = self.one_run_left
+        alive = left.alive() if left is not None else None
+        made = left is not None and bool(left.refs or left.unreferenced)
+        if made and alive == 0:
+            return None
+        return {**self.one_run, "left_alive": alive}
 
     @property
     def streak(self) -> list[CellRun]:
@@ -411,7 +465,8 @@ class _Cell:
             "fix": fix,
             "fix_text": fix_text,
             "held_by": held_by,
-            "one_run": None if self.one_run is None else dict(self.one_run),
+            "one_run": self.one_run_now(),
+            "evidence": _wire_evidence(self.evidence) if streak and len(streak) >= MIN_RUNS else None,
         }
 
     def streak_ran_alone(self) -> bool:
@@ -430,6 +485,15 @@ class _Cell:
         return [name for name in streak[-1].grown if name in common]
 
 
+def _wire_evidence(evidence: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The evidence of a flag as it travels: what holds the growth, what each remedy frees, how measured."""
+    if not evidence:
+        return None
+    keys = ("containers", "held_by", "models_held_by", "tf1", "graph_ops", "alone", "fresh_model", "proof",
+            "registry_entries_freeable", "registry_entries")
+    return {key: evidence.get(key) for key in keys}
+
+
 def _code_names(names: list[str]) -> str:
     return " ".join(name for name in names if name.isidentifier())
 
@@ -437,59 +501,83 @@ def _code_names(names: list[str]) -> str:
 def advice(per_run: dict[str, Any], evidence: dict[str, Any] | None) -> tuple[str, str, list[str]]:
     """The fix for a growing cell, chosen by what holds the memory: ``(code, sentence, holders)``.
 
-    ``--isolate`` is advised only where nothing in-process can free the memory (no holder of the
-    user's grew with it, no model, registry entry or TensorFlow tensor) and the cell can run
-    isolated (no TensorFlow 1 Graph, which does not pickle), and the cell grew when it ran alone:
-    a cell that grew only with other cells run between its runs is not shown to leak. A cell that
-    already starts with ``%%fresh_model`` is never told to add it: the clean before each run did
-    not stop its growth, so it gets ``--isolate``, with TensorFlow's stack traces named
-    (:data:`FRESH_CELL_TEXT`).
+    Every remedy that names a variable was proven when the cell was flagged (``evidence["proof"]``,
+    :func:`kerasmagic.remedies.prove`): deleting those names frees a real share of the growth, and the
+    sentence carries the figure. Where no name is proven the sentence says what was measured and
+    offers a plain ``%clear_tf`` (it deletes no variable) with its own figure. ``%%fresh_model`` is
+    advised only where TensorFlow's registry holds entries that a clean frees now (counted then);
+    ``--isolate`` only where nothing in-process holds the growth and the cell grew when run alone. A
+    TensorFlow 1 story is told only where a graph with ops exists.
 
     Example:
+        >>> proof = {"named": {"command": "%clear_tf leak", "names": ["leak"]}}
         >>> code, text, held = advice({"live_models": 0, "custom_gradient_entries": 0, "tf_in_use_bytes": 0},
         ...                           {"containers": ["leak"], "held_by": [], "tf1": [], "alone": True,
-        ...                            "models_held_by": []})
-        >>> code, held, text[:40]
-        ('delete', ['leak'], 'Fix: `leak` gains items on every run and')
+        ...                            "models_held_by": [], "proof": proof,
+        ...                            "remedy_text": "`%clear_tf leak` frees 6.00 MiB (measured now)."})
+        >>> code, held
+        ('delete', ['leak'])
+        >>> text
+        'Fix: `leak` gains items on every run and holds what grows: `%clear_tf leak` frees 6.00 MiB (measured now).'
+
     """
     evidence = evidence or {}
+    proof = evidence.get("proof") or {}
+    named = list((proof.get("named") or {}).get("names") or [])
+    remedy = evidence.get("remedy_text") or ""
+    measured = evidence.get("measured_text") or ""
     tf1 = evidence.get("tf1") or []
-    held_by = list(dict.fromkeys([*(evidence.get("containers") or []), *(evidence.get("held_by") or [])]))
-    if evidence.get("tf1_source") or tf1:
-        names = _code_names(tf1)
-        free = (f"close its Session and `%clear_tf {names}` to free them" if names
-                else "close its Sessions and `%clear_tf` to free its graphs")
+    if tf1 or evidence.get("tf1_source"):
+        ops = evidence.get("graph_ops") or {}
+        held = ", ".join(f"`{name}` ({ops[name]} ops)" if isinstance(ops.get(name), int) else f"`{name}`"
+                         for name in tf1[:3])
+        # No command to follow blindly: the graph is the notebook's working state (its later cells run
+        # it), and its memory is not measured by the walk, only its ops are.
         return ("tf1_graph",
-                f"Fix: this cell builds TensorFlow 1 graph-mode objects on every run{_held(tf1)}: {free}; build "
-                "the graph once and feed changing values through placeholders instead. (--isolate cannot "
-                "help: a tf.Graph cannot be sent to another process.)", tf1)
+                "Fix: this cell adds ops to a TensorFlow 1 graph on every run"
+                + (f" (held by {held})" if held else "") + ": build the graph once, before this cell, and feed "
+                "changing values through placeholders (feed_dict). Its memory goes only with the graph: close "
+                "the Session and drop the names that hold the graph when you no longer need them (a graph's "
+                "memory is not measured here, only its ops). (--isolate cannot help: a tf.Graph cannot be sent "
+                "to another process.)", tf1)
+    containers = list(evidence.get("containers") or [])
     if (per_run.get("live_models") or 0) >= 0.5:
-        if not held_by:
-            return "keep_models", FIX_TEXT["keep_models"], []
-        return ("keep_models",
-                f"Fix: each run keeps one more Keras model alive, held by {_held_by(held_by)}: keep only what you "
-                f"need from each (e.g. history.history); `%clear_tf {_code_names(held_by)}` frees the rest.",
-                held_by)
+        if named:
+            return ("keep_models",
+                    f"Fix: each run keeps one more Keras model alive, held by {_held_by(named)}: keep only what "
+                    f"you need from each (e.g. history.history). {remedy}", named)
+        default = proof.get("default") or {}
+        if default.get("models"):
+            # The models are held by the output cache (an echoed History's .model) or the last exception.
+            return ("keep_models",
+                    "Fix: each run keeps one more Keras model alive, held by the output cache or the last "
+                    "exception (an echoed History keeps its .model): end the cell with `;` so that nothing is "
+                    f"echoed. {' '.join(filter(None, [measured, remedy]))}", [])
+        return "keep_models", " ".join(filter(None, [FIX_TEXT["keep_models"], measured, remedy])), []
     fresh_cell = bool(evidence.get("fresh_model"))
-    # Registry entries are memory only where they pin graphs (TF before 2.22): from 2.22 a count.
-    entries_grew = (per_run.get("custom_gradient_entries") or 0) > 0 and bool(entries_pin_graphs())
-    if entries_grew or (per_run.get("tf_in_use_bytes") or 0) > NOISE_BYTES:
-        if not fresh_cell:
-            return "fresh_model", FIX_TEXT["fresh_model"], held_by
-    if held_by:
-        names = _code_names(held_by)
-        return ("delete",
-                f"Fix: {_held_by(held_by)} {'gains items' if len(held_by) == 1 else 'gain items'} on every run and "
-                f"{'holds' if len(held_by) == 1 else 'hold'} what grows: keep only what you need"
-                + (f", or `%clear_tf {names}` to free it." if names else "."), held_by)
+    freeable = evidence.get("registry_entries_freeable") or 0
+    registry_grew = (per_run.get("custom_gradient_entries") or 0) > 0
+    if registry_grew and freeable and not fresh_cell:
+        return ("fresh_model",
+                f"Fix: start the cell with %%fresh_model: {freeable} of TensorFlow's "
+                f"{evidence.get('registry_entries')} CustomGradient entries pin graphs of models the notebook no "
+                "longer keeps (counted now), and the clean %%fresh_model runs before each run frees them with "
+                "their graphs; a plain `%clear_tf` frees them once (the graphs' memory is not measured here)."
+                + (f" {remedy}" if named else ""), named)
+    if named:
+        grows = [name for name in named if name in containers]
+        what = (f"{_held_by(grows)} {'gains items' if len(grows) == 1 else 'gain items'} on every run and "
+                f"{'holds' if len(grows) == 1 else 'hold'} what grows" if grows else
+                f"{_held_by(named)} {'holds' if len(named) == 1 else 'hold'} what grows")
+        return "delete", f"Fix: {what}: {remedy}", named
+    held_by = list(dict.fromkeys([*containers, *(evidence.get("held_by") or [])]))
+    if held_by or (proof.get("default") or {}).get("retained_bytes"):
+        return ("clear_tf",
+                "Not proven to be any one variable: " + " ".join(filter(None, [measured, remedy])), [])
     if not evidence.get("alone", True):
-        models = evidence.get("models_held_by") or []
         return ("run_alone",
                 "Not shown to be this cell: it grew only with other cells run between its runs. Run it "
-                "several times in a row: if it does not grow then, it is not a leak; what the other cells "
-                "left is freed in this process by `%clear_tf"
-                + (f" {_code_names(models)}` (the Keras models alive now are held by {_held_by(models)})."
-                   if models else "`."), models)
+                "several times in a row: if it does not grow then, it is not a leak. " + remedy, [])
     return "isolate", FRESH_CELL_TEXT if fresh_cell else FIX_TEXT["isolate"], []
 
 
@@ -656,9 +744,8 @@ class CellGrowthReport(Report):
             single.add(cell_label(one_run["execution_count"]),
                        format_bytes(one_run["growth_bytes"], signed=True),
                        f"{details(cell['last'])}" + (f" · {cell['first_line']}" if cell["first_line"] else ""))
-            held_by = [name for name in one_run["held_by"] if name.isidentifier()]
-            remedy = (f" `%clear_tf {' '.join(held_by)}` frees it once you no longer need it." if held_by else "")
-            single.notes.append(f"{one_run_sentence(one_run)}.{remedy}")
+            remedy = one_run.get("remedy_text") or ""
+            single.notes.append(f"{one_run_sentence(one_run)}." + (f" {remedy}" if remedy else ""))
         recent = Section("Last run of the other recent cells")
         for cell in self.cells:
             if cell["flagged"] or cell.get("one_run"):
@@ -688,9 +775,15 @@ def _holder_root(where: str, kind: str) -> str | None:
         ('models', 'hist')
         >>> _holder_root("Out[4]", "output_cache"), _holder_root("_4", "output_cache")
         ('Out[4]', None)
+        >>> _holder_root("Out[5].model", "output_cache")
+        'Out[5]'
+
     """
     if kind == "output_cache":
-        return where if where.startswith("Out[") and where.endswith("]") and "][" not in where else None
+        # Out[4].model, Out[4][0]: the user's handle is the output, Out[4].
+        if not where.startswith("Out["):
+            return None
+        return where[:where.index("]") + 1] if "]" in where else None
     if kind == "exception":
         return "the last exception"
     root = where.split("[", 1)[0].split(".", 1)[0]
@@ -724,24 +817,55 @@ def _uses_tf1(source: str) -> bool:
                                            "Graph().as_default", "get_default_graph("))
 
 
-def _holders(shell, before: _Scan | None, after: _Scan | None) -> tuple[list[str], list[str]]:
+@dataclass
+class _Left:
+    """What a run left alive, as the holder search saw it after the run: who holds the objects it made,
+    who holds the Keras models (all, and those older than the run), and weak references to what it made."""
+
+    held_by: list[str] = field(default_factory=list)
+    models_held_by: list[str] = field(default_factory=list)
+    old_models_held_by: list[str] = field(default_factory=list)
+    refs: list[weakref.ref] = field(default_factory=list)
+    #: Objects the run made that take no weak reference (a bytearray): their end cannot be seen.
+    unreferenced: int = 0
+    ids: frozenset[int] = frozenset()
+
+    def alive(self) -> int | None:
+        """How many of the objects the run made are alive now (None: some cannot be told)."""
+        if self.unreferenced:
+            return None
+        return sum(1 for ref in self.refs if ref() is not None)
+
+
+def _holders(shell, before: _Scan | None, after: _Scan | None, search: HolderSearch | None = None,
+             previous: frozenset[int] = frozenset()) -> _Left:
     """Who holds what the run created, and who holds the Keras models alive now: root names,
-    largest object first, of the holder search's places (models and large arrays)."""
+    largest object first, of the holder search's places (models and large arrays). ``previous``: the
+    ids of the models the cell's previous run made, still alive: the older models a re-run leaves."""
+    left = _Left()
     if shell is None:
-        return [], []
+        return left
+    heavy = search.heavy if search is not None else collect_heavy(shell)
     known = before.seen if before is not None else set()
-    new_models = (after.models or set()) - (before.models or set()) if after is not None and before is not None \
-        else set()
-    names: list[str] = []
-    model_names: list[str] = []
-    for item in collect_heavy(shell):
+    old_models = (before.models or set()) if before is not None else set()
+    new_models = (after.models or set()) - old_models if after is not None and before is not None else set()
+    ids = set()
+    for item in heavy:
         roots = [root for root in (_holder_root(h.where, h.kind) for h in item.holders) if root is not None]
         if item.info.get("kind") == "model":
-            model_names.extend(root for root in roots if root not in model_names)
+            left.models_held_by.extend(root for root in roots if root not in left.models_held_by)
+            if id(item.obj) in (previous or old_models):
+                left.old_models_held_by.extend(root for root in roots if root not in left.old_models_held_by)
         if id(item.obj) in known and id(item.obj) not in new_models:
             continue
-        names.extend(root for root in roots if root not in names)
-    return names, model_names
+        ids.add(id(item.obj))
+        try:
+            left.refs.append(weakref.ref(item.obj))
+        except TypeError:  # bytes, bytearray: no weak reference
+            left.unreferenced += 1
+        left.held_by.extend(root for root in roots if root not in left.held_by)
+    left.ids = frozenset(ids)
+    return left
 
 
 def _cell_id(shell, info: Any) -> str | None:
@@ -852,30 +976,60 @@ class LeakWatch:
                           if length > scan_before.lengths.get(name, length))
         run = CellRun(execution_count=count if isinstance(count, int) else None, ts=time.time(),
                       first=cell.runs_seen == 0, seq=self._seq, grown=grown, **changes)
-        one_run = self._one_run(run, scan_before, scan_after, imported=frameworks_after - frameworks_before)
-        cell.add(run, source, one_run)
+        previous = frozenset(id(model) for model in (ref() for ref in cell.made_models) if model is not None)
+        one_run, left = self._one_run(run, scan_before, scan_after, imported=frameworks_after - frameworks_before,
+                                      previous=previous)
+        cell.add(run, source, one_run, left)
+        if scan_before is not None and scan_after is not None and scan_after.models is not None:
+            made = scan_after.models - (scan_before.models or set())
+            alive = [ref for ref in cell.made_models if ref() is not None]
+            cell.made_models = (alive + [ref for key, ref in scan_after.model_refs.items() if key in made])[-50:]
         if len(cell.streak) >= MIN_RUNS:
             # Flagged by this run: find out, once per flagged run, what holds the growth.
-            cell.evidence = self._evidence(cell, source, scan_before, scan_after)
+            cell.evidence = self._evidence(cell, source, scan_before, scan_after, previous)
         while len(self._cells) > KEEP_CELLS:
             self._cells.popitem(last=False)
 
-    def _evidence(self, cell: _Cell, source: str, before: _Scan | None, after: _Scan | None) -> dict[str, Any]:
-        """What holds a flagged cell's growth: the advice (:func:`advice`) is chosen from this."""
-        new, models = _holders(self.shell, before, after)
+    def _evidence(self, cell: _Cell, source: str, before: _Scan | None, after: _Scan | None,
+                  previous: frozenset[int] = frozenset()) -> dict[str, Any]:
+        """What holds a flagged cell's growth, and what each remedy would free, measured now: the
+        advice (:func:`advice`) is chosen from this."""
+        search = HolderSearch(self.shell)  # one search for both: each leaves heap behind in the kernel
+        left = _holders(self.shell, before, after, search, previous)
+        streak = cell.streak
+        explained = sum(run.growth_bytes or 0 for run in streak)
+        models_grew = (_mean([run.live_models for run in streak]) or 0) >= 0.5
+        containers = cell.streak_containers()
+        # The models this cell's earlier runs made are its leftovers: their holders, not every model's
+        # (a list of models another cell filled is a bystander here).
+        candidates = [*containers, *left.held_by, *(left.old_models_held_by if models_grew and previous else [])]
+        walk = RetainedWalk(self.shell, search=search)
+        del search
+        proof = prove(self.shell, explained, candidates, models_left=models_grew, walk=walk, current=left.ids)
+        entries = guarded(lambda: entries_a_clean_frees(walk.kept_variable_ids()), "reading the registry")
+        tf1 = _tf1_holders(self.shell)
+        default_ops = tf_probe.default_graph_op_count() if tf_probe.module() is not None else None
         return {
-            "containers": cell.streak_containers(),
-            "held_by": new,
-            "models_held_by": models,
-            "tf1": _tf1_holders(self.shell),
-            "tf1_source": _uses_tf1(source),
+            "containers": containers,
+            "held_by": left.held_by,
+            "models_held_by": left.models_held_by,
+            "tf1": tf1,
+            "tf1_source": _uses_tf1(source) and isinstance(default_ops, int) and default_ops > 0,
             "fresh_model": _starts_with_fresh_model(source),
             "alone": cell.streak_ran_alone(),
+            "proof": proof.to_dict(),
+            "remedy_text": proof.sentence(),
+            "measured_text": proof.measured(),
+            "registry_entries_freeable": entries[0] if isinstance(entries, tuple) else None,
+            "registry_entries": entries[1] if isinstance(entries, tuple) else None,
+            "graph_ops": {name: graph_ops(_tf1_graph(self.shell.user_ns.get(name))) for name in tf1},
         }
 
-    def _one_run(self, run: CellRun, before: _Scan | None, after: _Scan | None,
-                 imported: frozenset[str]) -> dict[str, Any] | None:
-        """What this run left that is worth naming on its own, with who holds it; None if nothing.
+    def _one_run(self, run: CellRun, before: _Scan | None, after: _Scan | None, imported: frozenset[str],
+                 previous: frozenset[int] = frozenset()) -> tuple[dict[str, Any] | None, _Left | None]:
+        """What this run left that is worth naming on its own, with who holds it and what frees it
+        (measured now); None if nothing. Also what it made, by weak reference: a run whose objects
+        are all gone by the time the report is read is not named (:meth:`_Cell.summary`).
 
         Only such a run pays for the holder search (the bounded look at the session's references
         that ``%tf_mem --who`` makes), so a plain cell still costs a fraction of a millisecond.
@@ -885,15 +1039,28 @@ class LeakWatch:
         heavy_growth = growth is not None and growth > ONE_RUN_BYTES and not imported
         many_models = models >= (ONE_RUN_MODELS if run.first else 1)
         if not (heavy_growth or many_models):
-            return None
+            return None, None
+        search = HolderSearch(self.shell)
+        left = _holders(self.shell, before, after, search, previous)
+        # A re-run that leaves one more model: the extra one is an older run's (the cell's own new model
+        # replaced it in the cell's variables), so it is named by who holds the older models.
+        rerun_models = many_models and not run.first
+        held_by = left.old_models_held_by if rerun_models else left.held_by
+        proof = prove(self.shell, growth or 0, held_by, models_left=many_models,
+                      current=left.ids if rerun_models else frozenset(),
+                      walk=RetainedWalk(self.shell, search=search))
+        del search
         return {
             "execution_count": run.execution_count,
             "first": run.first,
             "growth_bytes": growth,
             "new_models": max(models, 0),
-            "held_by": _holders(self.shell, before, after)[0],
+            "held_by": held_by,
             "imported": sorted(imported),
-        }
+            "proof": proof.to_dict(),
+            "remedy_text": proof.sentence(),
+            "measured_text": proof.measured(),
+        }, left
 
     # ---- reading -----------------------------------------------------------------------------------
     @property

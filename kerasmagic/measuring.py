@@ -17,7 +17,7 @@ from .probes import tensorflow as tf_probe
 from .probes import torch_cuda as torch_probe
 from .probes.availability import Unavailable, guarded
 from .probes.sample import keep_largest
-from .records import Record, wire
+from .records import NOT_WIRE, Record, wire
 from .tables import Report, Section, format_bytes, format_value
 
 __all__ = ['CellMeasurement', 'measure']
@@ -83,8 +83,8 @@ def _safe(probe, what: str) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def _models_in_reach(shell, namespace: dict[str, Any] | None,
-                     graphs: dict[str, Any] | None = None) -> dict[int, tuple[Any, list[str]]]:
+def _models_in_reach(shell, namespace: dict[str, Any] | None, graphs: dict[str, Any] | None = None,
+                     graph_ids: dict[str, int] | None = None) -> dict[int, tuple[Any, list[str]]]:
     """The Keras models the session can reach, by identity, each with where it is held; and, into
     ``graphs``, the ops of each TF1 graph the notebook holds other than the default one (a Session's
     graph too), keyed by where it is held: a cell that grows ``runner.graph`` shows it.
@@ -112,6 +112,9 @@ def _models_in_reach(shell, namespace: dict[str, Any] | None,
                 counted.add(id(graph))
                 where = item.holders[0].where + ("" if kind == "graph" else ".graph")
                 graphs.setdefault(where, graph_ops(graph))
+                if graph_ids is not None:
+                    # Its identity too: a graph that only changed the name holding it gained no ops.
+                    graph_ids[where] = id(graph)
     return found
 
 
@@ -120,9 +123,9 @@ def _isinstance_any(obj: Any, classes: tuple[type, ...]) -> bool:
         return bool(classes) and isinstance(obj, classes)
 
 
-def _guarded_models_in_reach(shell, namespace: dict[str, Any] | None,
-                             graphs: dict[str, Any] | None = None) -> dict[int, tuple[Any, list[str]]]:
-    found = guarded(lambda: _models_in_reach(shell, namespace, graphs), "finding models")
+def _guarded_models_in_reach(shell, namespace: dict[str, Any] | None, graphs: dict[str, Any] | None = None,
+                             graph_ids: dict[str, int] | None = None) -> dict[int, tuple[Any, list[str]]]:
+    found = guarded(lambda: _models_in_reach(shell, namespace, graphs, graph_ids), "finding models")
     return found if isinstance(found, dict) else {}
 
 
@@ -230,6 +233,10 @@ class CellMeasurement(Record, Report):
     gpu_peak: dict[str, Any] = field(default_factory=dict, metadata=wire("gpu_framework_peak_bytes"))
     counters_before: dict[str, Any] = field(default_factory=dict)
     counters_after: dict[str, Any] = field(default_factory=dict)
+    #: Where each held TF1 graph is, and which graph it is (``where -> id``), before and after: a graph
+    #: that only changed the name holding it gained no ops. Stays in this process.
+    _graph_ids_before: dict[str, int] = field(default_factory=dict, metadata=NOT_WIRE)
+    _graph_ids_after: dict[str, int] = field(default_factory=dict, metadata=NOT_WIRE)
     #: Keras models reachable after the block that were not before it (created or loaded
     #: in it): name, class, weight_bytes, optimizer_bytes, held_by, optimizer_state (see
     #: ``probes.keras.optimizer_state_origin``).
@@ -285,10 +292,15 @@ class CellMeasurement(Record, Report):
                 new = _delta(after, before) if isinstance(before, int) else after
                 graph.add(label, format_value(after), f"{format_value(new):>} new")
         held_before = self.counters_before.get("held_graph_ops") or {}
+        ids_before = self._graph_ids_before
+        ops_by_graph = {ids_before[where]: ops for where, ops in held_before.items() if where in ids_before}
+        ids_after = self._graph_ids_after
         for where, after in (self.counters_after.get("held_graph_ops") or {}).items():
             # A graph the notebook holds besides the default one (a TF1 Session's): its growth
-            # after a clean reset the default graph is still growth.
-            before = held_before.get(where)
+            # after a clean reset the default graph is still growth. Matched by identity first, so
+            # that `g2 = g` (the same graph under a new name) is not "4509 new" ops.
+            graph_id = ids_after.get(where)
+            before = ops_by_graph[graph_id] if graph_id in ops_by_graph else held_before.get(where)
             new = _delta(after, before) if isinstance(before, int) else after
             graph.add(f"graph ops, {where}", format_value(after), f"{format_value(new):>} new")
         names_after = self.counters_after.get("name_counters") or {}
@@ -346,7 +358,8 @@ class measure:  # noqa: N801 - lower case on purpose: used like a function, `wit
         if self._shell is None and self._namespace is None:
             self._namespace = caller_globals()
         result.counters_before["held_graph_ops"] = {}
-        reachable = _guarded_models_in_reach(self._shell, self._namespace, result.counters_before["held_graph_ops"])
+        reachable = _guarded_models_in_reach(self._shell, self._namespace, result.counters_before["held_graph_ops"],
+                                             result._graph_ids_before)
         self._models_before = {key: weakref.ref(model) for key, (model, _) in reachable.items()}
         result.gpu_before = _safe(_gpu_process_bytes, "reading NVML")
         result.tf_before = _safe(_tf_in_use, "reading TensorFlow's allocator")
@@ -393,7 +406,8 @@ class measure:  # noqa: N801 - lower case on purpose: used like a function, `wit
                 "not_supported", f"no new high: at most the process's earlier peak, {format_bytes(before)}")
         result.counters_after = _counters()
         result.counters_after["held_graph_ops"] = {}
-        reachable = _guarded_models_in_reach(self._shell, self._namespace, result.counters_after["held_graph_ops"])
+        reachable = _guarded_models_in_reach(self._shell, self._namespace, result.counters_after["held_graph_ops"],
+                                             result._graph_ids_after)
         new = [model for key, (model, _) in reachable.items()
                if key not in self._models_before or self._models_before[key]() is not model]
         for model in new:  # so that --who can tell two models named alike apart

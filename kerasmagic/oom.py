@@ -35,6 +35,7 @@ from .probes import jax_devices as jax_probe
 from .probes import process as process_probe
 from .probes.availability import guarded
 from .probes.sample import gpu_part, jax_part, tf_part, torch_part
+from .remedies import Proof, prove
 from .tables import Report, Section, format_bytes
 
 __all__ = ['OomReport', 'OutOfMemory', 'explain', 'recognise', 'start', 'stop']
@@ -207,8 +208,11 @@ class OomReport(Report):
     """
 
     def __init__(self, oom: OutOfMemory, cell: str, gpus: list[dict[str, Any]], allocators: list[tuple[str, str, str]],
-                 host: list[tuple[str, str, str]], objects: list[dict[str, Any]], remedies: list[str]) -> None:
+                 host: list[tuple[str, str, str]], objects: list[dict[str, Any]], remedies: list[str],
+                 evidence: dict[str, Any] | None = None) -> None:
         self.oom = oom
+        #: What the first remedy frees, measured when the error was explained (``Proof.to_dict()``).
+        self.evidence = evidence
         self.cell = cell
         self.gpus = gpus
         self.allocators = allocators
@@ -253,6 +257,7 @@ class OomReport(Report):
             "gpus": [dict(g) for g in self.gpus],
             "allocators": [{"label": a, "value": b, "source": c} for a, b, c in self.allocators],
             "objects": [dict(o) for o in self.objects], "remedies": list(self.remedies),
+            "remedy_evidence": self.evidence,
         }
 
 
@@ -311,14 +316,17 @@ def _objects(shell: Any, on_gpu: bool) -> list[dict[str, Any]]:
 
 
 def _remedies(oom: OutOfMemory, gpus: list[dict[str, Any]], facts: dict[str, Any],
-              objects: list[dict[str, Any]]) -> list[str]:
+              objects: list[dict[str, Any]], proof: Proof | None = None) -> list[str]:
     remedies: list[str] = []
-    names = list(dict.fromkeys(name for item in objects for name in item["names"]))
     in_error = any(item["in_error"] for item in objects)
-    if names:
-        remedies.append(f"`%clear_tf {' '.join(names)}` deletes what you no longer need of these (only those names), "
-                        "drops the output cache and this error's frames, and clears the Keras session; then run "
-                        "the cell again.")
+    if proof is not None and proof.named is not None:
+        # Only names proven to free a real share of what is held (issue 29): never one that frees nothing.
+        remedies.append(f"`{proof.named.command}` {proof.named.phrase()} (measured now): it deletes only those "
+                        "names, drops the output cache and this error's frames, and clears the Keras session; then "
+                        "run the cell again once you no longer need them.")
+    elif proof is not None and (in_error or objects):
+        remedies.append(f"{proof.sentence()} It drops the output cache and this error's frames (they keep the failed "
+                        "call's tensors alive) and clears the Keras session; then run the cell again.")
     elif in_error or objects:
         remedies.append("`%clear_tf` drops the output cache and this error's frames (they keep the failed call's "
                         "tensors alive) and clears the Keras session; then run the cell again.")
@@ -373,7 +381,12 @@ def explain(exc: BaseException | None, shell: Any = None, execution_count: int |
     objects = guarded(lambda: _objects(shell, oom.on_gpu), "finding holders")
     objects = objects if isinstance(objects, list) else []
     cell = f"cell [{execution_count}]" if isinstance(execution_count, int) else "the cell"
-    return OomReport(oom, cell, gpus, rows, _host_rows(), objects, _remedies(oom, gpus, facts, objects))
+    names = list(dict.fromkeys(name for item in objects for name in item["names"]))
+    held = sum(item["bytes"] or 0 for item in objects)
+    proof = guarded(lambda: prove(shell, held, names), "measuring what a clean frees") if shell is not None else None
+    proof = proof if isinstance(proof, Proof) else None
+    return OomReport(oom, cell, gpus, rows, _host_rows(), objects, _remedies(oom, gpus, facts, objects, proof),
+                     proof.to_dict() if proof is not None else None)
 
 
 # ---- the hook ----------------------------------------------------------------------------------------------

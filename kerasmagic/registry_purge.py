@@ -26,7 +26,7 @@ from typing import Any
 from .probes import tensorflow as tf_probe
 from .probes.availability import Unavailable
 
-__all__ = ['FIXED_UPSTREAM_FROM', 'PurgeResult', 'SUPPORTED_TF', 'entries_pin_graphs',
+__all__ = ['FIXED_UPSTREAM_FROM', 'PurgeResult', 'SUPPORTED_TF', 'entries_a_clean_frees', 'entries_pin_graphs',
            'entries_tied_to_their_variables', 'purge_dead_custom_gradients', 'support']
 
 #: The first TensorFlow whose custom gradients no longer keep their traced graph: 2.22 carries
@@ -181,6 +181,33 @@ def purge_dead_custom_gradients() -> PurgeResult:
         result.purged += 1
         result.purged_keys.append(key)
     return result
+
+
+def entries_a_clean_frees(kept_variable_ids: set[int]) -> tuple[int, int] | None:
+    """How many ``CustomGradient`` entries a clean would free now, of how many: those whose graphs'
+    variables are dead or belong to no model that outlives the clean (``kept_variable_ids``: the ids of
+    the variables, Keras' and their TensorFlow values, of the models the notebook keeps). None where
+    the purge stands down (TensorFlow not imported, or a release with the upstream fix). Reads only.
+
+    Example:
+        >>> entries_a_clean_frees(set()) is None or True
+        True
+    """
+    if support() is not None:
+        return None
+    registry = tf_probe.gradient_registry()
+    if isinstance(registry, Unavailable):
+        return None
+    freeable = total = 0
+    for _key, refs in _custom_gradient_entries(registry):
+        total += 1
+        if not refs:
+            continue  # a layout we do not know: the purge keeps it, so does this count
+        alive = [ref() for ref in refs]
+        if not any(id(variable) in kept_variable_ids for variable in alive if variable is not None):
+            freeable += 1
+        del alive
+    return freeable, total
 
 
 #: The attribute under which a live variable carries the registry entries of its graphs

@@ -234,6 +234,7 @@ class SessionRunWatch:
         self._current: dict[int, _GraphRuns] | None = None
         self._cells: deque[dict[str, Any]] = deque(maxlen=_KEEP_CELLS)
         self._findings: list[dict[str, Any]] = []
+        self._finding_graphs: list[weakref.ref | None] = []
         self._original: Callable[..., Any] | None = None
         self._wrapper: Callable[..., Any] | None = None
 
@@ -360,7 +361,11 @@ class SessionRunWatch:
                 rebuilt = _rebuilt(graph, runs)
                 if rebuilt is not None:
                     findings.append(self._rebuilt_finding(count, rebuilt))
+        # Each finding remembers its graph (weakly): one about a graph that is gone, or emptied by a
+        # reset, is no longer told (issue 29: no "close the Session ... rebuild" for a 0-op graph).
         self._findings = findings
+        self._finding_graphs = [weakref.ref(graph) if graph is not None else None
+                                for graph in (runs.graph() for runs in current.values())]
 
     def _slowdown_in_cell(self, cell: dict[str, Any], runs: _GraphRuns, graph: Any) -> dict[str, Any] | None:
         if runs.calls < MIN_CALLS or runs.last_version <= runs.version_first:
@@ -422,13 +427,19 @@ class SessionRunWatch:
 
     # ---- reading -----------------------------------------------------------------------------------
     def findings(self) -> list[dict[str, Any]]:
-        """What the last cell that called ``Session.run`` showed (JSON-able dicts with ``text``)."""
+        """What the last cell that called ``Session.run`` showed (JSON-able dicts with ``text``), while
+        its graph is alive and has ops."""
+        graphs = [ref() for ref in self._finding_graphs if ref is not None]
+        if self._finding_graphs and not any(isinstance(_op_count(graph), int) and _op_count(graph)
+                                            for graph in graphs if graph is not None):
+            return []
         return [dict(finding) for finding in self._findings]
 
     def clear(self) -> None:
         """Forget every cell's calls."""
         self._cells.clear()
         self._findings = []
+        self._finding_graphs = []
 
 
 # Kept across importlib.reload of this module: a fresh None would forget the running one, whose

@@ -150,6 +150,10 @@ def test_ops_added_to_a_graph_the_notebook_holds_are_counted_per_cell_after_a_cl
         assert after["runner.graph"] - before["runner.graph"] == added
         assert "runner.session.graph" not in after, "the Session's graph is the same graph: counted once"
         assert re.search(rf"graph ops, runner\.graph\s+\S+\s+{added} new", str(measured)), str(measured)
+        # The same graph under a new name gained no ops (issue 29 item 7: it read "4509 new").
+        renamed = run(shell, "%%tf_mem -q -o\ngraph = runner.graph\ndel runner.graph")
+        assert re.search(r"graph ops, graph\s+\S+\s+0 new", str(renamed)), str(renamed)
+        run(shell, "runner.graph = graph")
     finally:
         run(shell, "runner.session.close()")
 

@@ -111,6 +111,16 @@ def test_a_graph_rebuilt_with_only_its_learning_rate_changed_is_named(shell):
     assert "placeholder" in rebuilt["text"]
 
 
+def test_a_finding_goes_with_its_graph(shell):
+    # Issue 29 item 7: after the graph is dropped and a clean ran, "close the Session ... rebuild it"
+    # must not be told any more of a graph nothing holds.
+    _loop(shell, 12, 1)
+    assert session_runs.findings()
+    run(shell, "sess.close()\ndel graph, sess, x, w, lr, loss, update\n%clear_tf -q")
+    assert session_runs.findings() == []
+    assert "close the Session" not in str(kerasmagic.tf_mem())
+
+
 def test_a_graph_built_once_and_fed_is_not_named(shell):
     run(shell, "import tensorflow as tf")
     run(shell, FED)
