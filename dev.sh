@@ -18,7 +18,7 @@ COLAB_STACK_TESTS=(
   tests/live/test_kernel_channel.py tests/live/test_live_widget.py
   tests/live/test_kernel_timeline.py tests/live/test_kernel_record.py tests/isolation/test_cell.py
   tests/core/test_memory_limit_magic.py tests/live/test_kernel_memory_guard.py
-  tests/core/test_oom.py tests/live/test_kernel_oom.py tests/core/test_fresh_first_run.py
+  tests/core/test_oom.py tests/live/test_kernel_oom.py tests/core/test_fresh_first_run.py tests/core/test_advice_corpus.py
 )
 
 # The next TensorFlow (issue 28): 2.22 carries the upstream custom_gradient fix, so there
