@@ -14,12 +14,15 @@ from pathlib import Path
 DOCS = Path(__file__).resolve().parent
 ROOT = DOCS.parent
 sys.path.insert(0, str(ROOT))  # autodoc documents this checkout, not another installed copy
+sys.path.insert(0, str(DOCS / "scripts"))
+
+from readme_outputs import repository_url  # noqa: E402 - the one reader of pyproject's URL
 
 from kerasmagic._version import __version__  # noqa: E402
 
 project = "kerasmagic"
 author = "the kerasmagic contributors"
-copyright = "2026, the kerasmagic contributors"  # noqa: A001 - Sphinx's own name for it
+copyright = "2026, the kerasmagic contributors"
 version = release = __version__
 
 extensions = [
@@ -49,14 +52,8 @@ html_title = f"kerasmagic {release}"
 html_static_path: list[str] = []
 
 
-def _repository_url() -> str:
-    import tomllib
-
-    return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["urls"]["Repository"]
-
-
 html_theme_options = {
-    "github_url": _repository_url(),
+    "github_url": repository_url(),
     "navigation_with_keys": False,
     "show_toc_level": 2,
 }

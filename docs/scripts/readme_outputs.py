@@ -24,13 +24,14 @@ import re
 import sys
 from pathlib import Path
 
+from IPython.core.interactiveshell import InteractiveShell
+from IPython.utils.capture import capture_output
+from traitlets.config import Config
+
+import kerasmagic
+
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
-
-# TensorFlow keeps CPU allocator statistics on every CPU only with this (set before it starts):
-# the outputs then have the same rows on a CPU with oneDNN and one without.
-os.environ["TF_CPU_ALLOCATOR_USE_BFC"] = "1"
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 SETUP = """\
 import numpy as np, keras
@@ -70,12 +71,27 @@ LEAKY_RUNS = 5
 MARKER = "<!-- readme-output: {} -->"
 
 
-def run_tour() -> dict[str, str]:
-    """Run the tour in a fresh ``InteractiveShell``; each output with its input as ``In:`` lines."""
-    from IPython.core.interactiveshell import InteractiveShell
-    from IPython.utils.capture import capture_output
-    from traitlets.config import Config
+def repository_url() -> str:
+    """The repository's address, as pyproject.toml's ``[project.urls]`` declares it (read as text:
+    ``tomllib`` is not in Python 3.10).
 
+    Example:
+        >>> repository_url().startswith("https://github.com/")
+        True
+    """
+    pyproject = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    return re.search(r'^Repository = "([^"]+)"', pyproject, flags=re.M).group(1)
+
+
+def run_tour() -> dict[str, str]:
+    """Run the tour in a fresh ``InteractiveShell``; each output with its input as ``In:`` lines.
+
+    Run it in a process of its own (``main``): it sets TensorFlow's environment and imports it.
+    """
+    # TensorFlow keeps CPU allocator statistics on every CPU only with this (set before it
+    # starts): the outputs then have the same rows on a CPU with oneDNN and one without.
+    os.environ["TF_CPU_ALLOCATOR_USE_BFC"] = "1"
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     config = Config()
     config.HistoryManager.hist_file = ":memory:"
     shell = InteractiveShell.instance(config=config)
@@ -102,8 +118,6 @@ def run_tour() -> dict[str, str]:
             prompt = "\n".join(["In: " + lines[0], *("    " + line for line in lines[1:])])
             outputs[name] = prompt + "\n" + excerpt(run(cell), keep)
     finally:
-        import kerasmagic
-
         kerasmagic.shutdown_default_pool()
         run("%unload_ext kerasmagic")
     return outputs

@@ -3,14 +3,17 @@ is installed (CI runs the lessons without a network), and says what it teaches."
 
 from __future__ import annotations
 
-import tomllib
+import sys
 from pathlib import Path
 
 import pytest
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "docs" / "scripts"))
+from readme_outputs import repository_url
+
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
-REPOSITORY = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["urls"]["Repository"]
+REPOSITORY = repository_url()
 
 
 def _cells(path):

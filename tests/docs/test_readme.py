@@ -4,11 +4,14 @@ repository's lessons, and the contributor's set-up is the two commands it promis
 from __future__ import annotations
 
 import re
-import tomllib
+import sys
 from pathlib import Path
 from urllib.parse import unquote
 
 import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "docs" / "scripts"))
+from readme_outputs import repository_url
 
 pytestmark = pytest.mark.unit
 
@@ -16,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 #: The issue's budget: a README a user reads in two minutes.
 MAX_README_BYTES = 10 * 1024
-REPOSITORY = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["urls"]["Repository"]
+REPOSITORY = repository_url()
 COLAB = "https://colab.research.google.com/github/" + REPOSITORY.removeprefix("https://github.com/")
 
 
@@ -109,3 +112,14 @@ def test_the_api_reference_lists_every_public_name():
     page = (ROOT / "docs" / "reference" / "api.md").read_text(encoding="utf-8")
     missing = [name for name in kerasmagic.__all__ if name != "__version__" and f"kerasmagic.{name}\n" not in page]
     assert not missing, f"docs/reference/api.md lacks {missing}"
+
+
+def test_the_readme_helpers_examples_hold():
+    """The examples in docs/scripts/readme_outputs.py (the masking the outputs test relies on) and here."""
+    import doctest
+
+    import readme_outputs
+
+    for module in (readme_outputs, sys.modules[__name__]):
+        result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
+        assert result.attempted > 0 and result.failed == 0, (module.__name__, result)
