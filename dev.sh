@@ -182,15 +182,18 @@ lint() {
 }
 
 # The fast tier, `./dev.sh check`: lint and types, then the tests that need no kernel, browser,
-# cluster or worker process (markers `unit` and `shell`, tests/conftest.py makes every test carry
-# one), on two workers. Under 5 minutes on CI's 2 cores, so a broken commit fails in minutes;
-# `./dev.sh test` runs it first and the other tests after it. Prints its own duration.
+# cluster, worker process or TensorFlow fit (markers `unit` and `shell`, less `frameworks`: the
+# shell tests that train models took 24 min with them on a loaded 2-core machine; tests/conftest.py
+# makes every test carry a marker), on two workers. Meant to take under 5 minutes on CI's 2
+# cores, so a broken commit fails in minutes; `./dev.sh test` runs it first and every other test
+# after it. Prints its own duration.
+FAST_TIER="(unit or shell) and not frameworks"
 check() {
   local started=$SECONDS status=0
   lint
   "$VENV/bin/ruff" check docs/conf.py docs/scripts
   log "the fast tier: the unit and shell tests"
-  "$VENV/bin/python" -m pytest -m "unit or shell" -n "${KERASMAGIC_TEST_WORKERS:-2}" --dist loadfile \
+  "$VENV/bin/python" -m pytest -m "$FAST_TIER" -n "${KERASMAGIC_TEST_WORKERS:-2}" --dist loadfile \
     --no-loadscope-reorder --durations=10 || status=$?
   log "./dev.sh check took $(( (SECONDS - started) / 60 )) min $(( (SECONDS - started) % 60 )) s"
   return $status
@@ -244,7 +247,7 @@ case "${1:-}" in
       # cores, as many tests wait on kernels, browsers and clusters. The long files go first and
       # the Ray tests and the lessons run on one worker, one after another (tests/conftest.py).
       # The slowest 25 are listed.
-      "$VENV/bin/python" -m pytest -m "not unit and not shell" -n "${KERASMAGIC_TEST_WORKERS:-2}" \
+      "$VENV/bin/python" -m pytest -m "not ($FAST_TIER)" -n "${KERASMAGIC_TEST_WORKERS:-2}" \
         --dist loadfile --no-loadscope-reorder --durations=25 || status=$?
     else
       "$VENV/bin/python" -m pytest "$@" || status=$?
