@@ -1,6 +1,6 @@
 """The ``kerasmagic.live`` wire protocol: names, version, and validation of both directions.
 
-The written contract is ``docs/protocol.md``; the JSON fixtures in
+The written contract is ``docs/reference/protocol.md``; the JSON fixtures in
 ``tests/protocol_fixtures/`` are checked against :func:`validate` here and against the
 TypeScript guards in ``labextension/src/protocol.ts``.
 """
@@ -255,7 +255,7 @@ _JOB_ALLOCATOR_PEAKS = ("torch_peak_bytes", "jax_peak_bytes")
 
 
 def _job(value: Any) -> bool:
-    """One isolated job as the sidebar shows it (docs/protocol.md, ``isolated_*``)."""
+    """One isolated job as the sidebar shows it (docs/reference/protocol.md, ``isolated_*``)."""
     if not isinstance(value, dict):
         return False
     checks = {"job_id": _STR, "label": _STR, "status": _STR, "on": _STR, "node": _node, "started_ts": _NUM,
@@ -287,7 +287,7 @@ def _figures(value: Any) -> bool:
 
 
 def _cell(value: Any) -> bool:
-    """One cell of a ``cell_growth`` message (docs/protocol.md)."""
+    """One cell of a ``cell_growth`` message (docs/reference/protocol.md)."""
     if not isinstance(value, dict):
         return False
     checks = {"key": _STR, "cell_id": _str_or_null, "execution_count": _number_or_null, "runs": _NUM,

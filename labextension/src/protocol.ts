@@ -1,5 +1,5 @@
 /**
- * The `kerasmagic.live` wire protocol, frontend side. The contract is docs/protocol.md;
+ * The `kerasmagic.live` wire protocol, frontend side. The contract is docs/reference/protocol.md;
  * the JSON fixtures in tests/protocol_fixtures/ are checked against `validate` here and
  * against kerasmagic/live/protocol.py, so the two sides cannot drift.
  */
