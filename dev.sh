@@ -215,6 +215,42 @@ lint() {
   check_typescript_style
 }
 
+# The fast tier, `./dev.sh check`: lint and types, then the tests that need no kernel, browser,
+# cluster, worker process or TensorFlow fit (markers `unit` and `shell`, less `frameworks`: the
+# shell tests that train models took 24 min with them on a loaded 2-core machine; tests/conftest.py
+# makes every test carry a marker), on two workers. Meant to take under 5 minutes on CI's 2
+# cores, so a broken commit fails in minutes; `./dev.sh test` runs it first and every other test
+# after it. Prints its own duration.
+FAST_TIER="(unit or shell) and not frameworks"
+check() {
+  local started=$SECONDS status=0
+  lint
+  "$VENV/bin/ruff" check docs/conf.py docs/scripts
+  log "the fast tier: the unit and shell tests"
+  "$VENV/bin/python" -m pytest -m "$FAST_TIER" -n "${KERASMAGIC_TEST_WORKERS:-2}" --dist loadfile \
+    --no-loadscope-reorder --durations=10 || status=$?
+  log "./dev.sh check took $(( (SECONDS - started) / 60 )) min $(( (SECONDS - started) % 60 )) s"
+  return $status
+}
+
+# The documentation site (docs/conf.py) into build/docs, warnings as errors: a broken link or a
+# docstring that no longer renders fails here (and in `./dev.sh test`).
+build_docs() {
+  log "building the docs into build/docs (sphinx -W)"
+  rm -rf build/docs
+  "$VENV/bin/python" -m sphinx -W --keep-going -q -b html docs build/docs
+  log "docs: build/docs/index.html"
+}
+
+# The sdist beside the wheel build_wheel made, and twine's check of both (what PyPI would refuse:
+# metadata, the README's rendering). The sdist carries the prebuilt extension (pyproject's sdist
+# artifacts), so installing it needs no Node (tests/docs/test_sdist_install.py).
+check_distributions() {
+  "$VENV/bin/python" -m build --sdist -o dist . >&2
+  log "twine check $(ls dist | tr '\n' ' ')"
+  "$VENV/bin/twine" check --strict dist/*
+}
+
 case "${1:-}" in
   demo)
     setup_python
@@ -225,14 +261,19 @@ case "${1:-}" in
     setup_python
     setup_browser
     shift
-    lint
-    # With pytest arguments, only those tests, on the newest stack; without, every stack.
+    # With pytest arguments, only those tests, on the newest stack; without, every stack, the
+    # fast tier first (lint included), the docs, the distributions, then every other test.
     stacks=$([ $# -eq 0 ] && echo 1 || echo 0)
     if [ "$stacks" = 1 ]; then
+      check
+      build_docs
       wheel=$(build_wheel)
+      check_distributions
       setup_colab_stack "$wheel"
       setup_next_stack "$wheel"
       setup_lab40_stack "$wheel"
+    else
+      lint
     fi
     status=0
     if [ "$stacks" = 1 ]; then
@@ -241,8 +282,8 @@ case "${1:-}" in
       # cores, as many tests wait on kernels, browsers and clusters. The long files go first and
       # the Ray tests and the lessons run on one worker, one after another (tests/conftest.py).
       # The slowest 25 are listed.
-      "$VENV/bin/python" -m pytest -n "${KERASMAGIC_TEST_WORKERS:-2}" --dist loadfile --no-loadscope-reorder \
-        --durations=25 || status=$?
+      "$VENV/bin/python" -m pytest -m "not ($FAST_TIER)" -n "${KERASMAGIC_TEST_WORKERS:-2}" \
+        --dist loadfile --no-loadscope-reorder --durations=25 || status=$?
     else
       "$VENV/bin/python" -m pytest "$@" || status=$?
     fi
@@ -260,6 +301,14 @@ case "${1:-}" in
     setup_python
     lint
     ;;
+  check)
+    setup_python
+    check
+    ;;
+  docs)
+    setup_python
+    build_docs
+    ;;
   lab40)
     # The oldest supported stack from a wheel you built (`./dev.sh test` builds and sets it up).
     shift
@@ -274,7 +323,7 @@ case "${1:-}" in
     exec "$VENV/bin/jupyter" lab notebooks/ "${lab_args[@]}" "$@"
     ;;
   *)
-    echo "usage: ./dev.sh demo | test [pytest args] | lint | lab | lab40 WHEEL" >&2
+    echo "usage: ./dev.sh demo | test [pytest args] | check | docs | lint | lab | lab40 WHEEL" >&2
     exit 2
     ;;
 esac

@@ -7,7 +7,7 @@ by default) the running cell's output gets one line; past the stop level (95 %) 
 cell gets a :class:`~kerasmagic.errors.KernelMemoryLimitError` (a ``MemoryError``) raised in
 the main thread through ``PyThreadState_SetAsyncExc``: the kernel and every variable survive.
 
-Why and its limits (docs/design.md, "The memory guard"): an asynchronous exception is raised
+Why and its limits (docs/design/decisions.md, "The memory guard"): an asynchronous exception is raised
 only when the main thread next runs Python bytecode, so a cell inside one long C call (a single
 ``np.ones`` of 10 GiB) is stopped after that call returns, if the OOM killer has not acted first.
 

@@ -640,7 +640,7 @@ class KerasMagics(Magics):
     @argument("--on", choices=("local", "ray", "ray-local"), default=None,
               help="With --isolate: where the worker runs: this machine (local, the default), the Ray cluster "
                    "(ray: the one ray.init() connected to, else --address, else RAY_ADDRESS), or a Ray cluster "
-                   "started here to try it (ray-local). See docs/scale-out.md.")
+                   "started here to try it (ray-local). See docs/guide/scale-out.md.")
     @argument("--address", default=None, metavar="ADDR",
               help="With --isolate --on ray: the Ray cluster's address, e.g. 10.0.0.5:6379.")
     @argument("--preload", nargs="+", default=None, metavar="MODULE",

@@ -121,3 +121,23 @@ def pytest_xdist_make_scheduler(config, log):
     if config.getvalue("dist") != "loadfile":
         return None  # another --dist was asked for: xdist's own
     return RayAndLessonsTogetherScheduling(config, log)
+
+
+#: The layer markers (pyproject.toml): every test carries at least one, so that a marker
+#: expression such as the fast tier's ``-m "unit or shell"`` and the full run together miss none.
+LAYER_MARKERS = ("unit", "shell", "frameworks", "kernel", "gpu", "ui", "notebooks", "isolation",
+                 "cluster", "stacks", "packaging")
+_unmarked: list[str] = []
+
+
+def pytest_itemcollected(item):
+    # Before -m deselects anything: an unmarked test would otherwise vanish from every tier.
+    if not any(item.get_closest_marker(name) for name in LAYER_MARKERS):
+        _unmarked.append(item.nodeid)
+
+
+def pytest_collection_finish(session):
+    if _unmarked:
+        raise pytest.UsageError(
+            f"{len(_unmarked)} test(s) carry no layer marker ({', '.join(LAYER_MARKERS)}); add "
+            f"`pytestmark = pytest.mark.<layer>` to the file: {', '.join(_unmarked[:10])}")

@@ -5,7 +5,7 @@ runs a cell (or a function, or a function over many items) in a child forked fro
 template process that already imported the kernel's frameworks, ships its inputs in and its
 results out, streams its output, and lets the process end. Importing it is cheap: no TensorFlow, no numpy.
 
-How it is built (docs/isolation.md): the API (``api``, ``cell``, ``mapping``) prepares jobs and
+How it is built (docs/design/isolation.md): the API (``api``, ``cell``, ``mapping``) prepares jobs and
 hands them to ``dispatch``, the one place that decides where they run; one loop (``runner``)
 drives them on a backend (``local``: this machine's pool; ``cluster.remote``: a Ray cluster),
 their output goes to a sink (``sink``) and how they end is told by ``outcome``; below that,

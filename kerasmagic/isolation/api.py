@@ -243,7 +243,7 @@ def run_isolated(code_or_function: str | Callable[..., Any], *, inputs: dict[str
         on: ``"ray"`` runs the job on the connected Ray cluster (``ray.init(...)``, else
             ``address=``, else ``RAY_ADDRESS``), still as a fork of a warm template on the
             node Ray picks; ``OnRay(num_gpus=1, node=...)`` sets its resources and place;
-            ``"ray-local"`` starts a local cluster to try it. See docs/scale-out.md.
+            ``"ray-local"`` starts a local cluster to try it. See docs/guide/scale-out.md.
         address: the Ray cluster's address, with ``on="ray"``.
         preload: modules the job's template imports before it forks (``["keras"]``), beside the
             frameworks this process has imported: for a script whose jobs import them

@@ -8,7 +8,7 @@
   kernel, in batches through Ray's object store.
 
 On the wire a message is a plain dict, its ``kind`` first and its fields after it
-(:meth:`Message.to_wire`), pickled on the two local channels: what docs/isolation.md lists.
+(:meth:`Message.to_wire`), pickled on the two local channels: what docs/design/isolation.md lists.
 A channel decodes only its own kinds, and says so for anything else, instead of guessing.
 ``sender`` is the pid of the process that sent a job-channel message: a process the job
 forked shares the channel, and only the job's own messages count.

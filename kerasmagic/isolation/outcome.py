@@ -441,7 +441,8 @@ def ray_failure(exc: BaseException) -> str:
                 "memory); the next job on the node starts a new agent")
     if isinstance(cause, BaseException) and "RayTaskError" in type(exc).__name__:
         hint = (" (the node cannot import what the job needs: the notebook's environment, kerasmagic included, "
-                "must exist on every node; see docs/scale-out.md, Limits)") if isinstance(cause, ImportError) else ""
+                "must exist on every node; see docs/guide/scale-out.md, Limits)"
+                ) if isinstance(cause, ImportError) else ""
         return f"the relay task failed there with {type(cause).__name__}: {_ANSI.sub('', str(cause))[:300]}{hint}"
     name = type(exc).__name__
     text = _ANSI.sub("", str(exc)).strip().splitlines()

@@ -1,4 +1,4 @@
-"""The kernel end of the ``kerasmagic.live`` comm channel (contract: docs/protocol.md).
+"""The kernel end of the ``kerasmagic.live`` comm channel (contract: docs/reference/protocol.md).
 
 ``%load_ext kerasmagic`` calls :func:`register`; inside an ipykernel it registers the comm
 target, an IPython ``post_run_cell`` hook and an event subscription. Outside a kernel (plain

@@ -4,7 +4,7 @@
 ``isolated_started``, ``isolated_sample`` (the job process's memory sample, about 4 a second)
 and ``isolated_done`` (the whole ``IsolatedResult.to_dict()``) through :mod:`kerasmagic.events`.
 :class:`IsolatedJobs` folds them into the protocol's ``isolated_started`` /
-``isolated_sample`` / ``isolated_done`` messages (docs/protocol.md): per job only what the
+``isolated_sample`` / ``isolated_done`` messages (docs/reference/protocol.md): per job only what the
 panel shows, samples at most one per :data:`SAMPLE_MIN_GAP_S` per job, and it keeps the
 running jobs and the last :data:`KEEP_FINISHED` finished ones for a sidebar that attaches
 later (the ``isolated_jobs`` message).

@@ -3,7 +3,7 @@
 Every message is defined once, in the JSON Schema ``protocol.schema.json`` beside this module
 (draft 2020-12, shipped in the wheel): the sidebar's TypeScript types are generated from it,
 and the tests hold to it the JSON fixtures in ``tests/protocol_fixtures/``, a real kernel's
-messages, ``docs/protocol.md`` and the tables below (same methods, same required and optional
+messages, ``docs/reference/protocol.md`` and the tables below (same methods, same required and optional
 fields). The kernel checks what it receives with these small checks rather than the schema, so
 that ``jsonschema`` stays a test dependency; the same fixtures also run through
 :func:`validate` here and the TypeScript guards in ``labextension/src/protocol.ts``.
@@ -259,7 +259,7 @@ _JOB_ALLOCATOR_PEAKS = ("torch_peak_bytes", "jax_peak_bytes")
 
 
 def _job(value: Any) -> bool:
-    """One isolated job as the sidebar shows it (docs/protocol.md, ``isolated_*``)."""
+    """One isolated job as the sidebar shows it (docs/reference/protocol.md, ``isolated_*``)."""
     if not isinstance(value, dict):
         return False
     checks = {"job_id": _STR, "label": _STR, "status": _STR, "on": _STR, "node": _node, "started_ts": _NUM,
@@ -305,7 +305,7 @@ def _figures(value: Any) -> bool:
 
 
 def _cell(value: Any) -> bool:
-    """One cell of a ``cell_growth`` message (docs/protocol.md)."""
+    """One cell of a ``cell_growth`` message (docs/reference/protocol.md)."""
     if not isinstance(value, dict):
         return False
     checks = {"key": _STR, "cell_id": _str_or_null, "execution_count": _number_or_null, "runs": _NUM,

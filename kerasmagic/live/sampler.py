@@ -122,7 +122,7 @@ class ProcessTreeMeter:
 
 
 def take_sample(seq: int, cpu: CpuMeter | None = None, tree: ProcessTreeMeter | None = None) -> dict[str, Any]:
-    """One ``sample`` message (see docs/protocol.md), with ``host`` and, given a meter,
+    """One ``sample`` message (see docs/reference/protocol.md), with ``host`` and, given a meter,
     ``cpu_pct`` (protocol 1.3), ``torch`` / ``jax`` for the frameworks imported (1.4),
     given a tree meter, ``process_tree`` (1.6), and ``gpu_context`` where NVML's figure has a
     framework's pool to subtract (1.7); never raises.

@@ -21,7 +21,7 @@ class Unavailable:
     imported: we never import it for the user), ``not_started`` (imported, but its runtime
     is not running: probing would start it), ``no_device`` (no such device or driver),
     ``not_supported`` (this platform or version cannot give the number) or ``error`` (the
-    probe failed; ``detail`` says why), as docs/protocol.md lists them.
+    probe failed; ``detail`` says why), as docs/reference/protocol.md lists them.
 
     Example:
         >>> Unavailable("not_imported", "tensorflow is not imported in this kernel")

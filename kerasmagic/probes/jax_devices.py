@@ -110,7 +110,7 @@ def asked(preallocation_text: str) -> dict[str, str]:
 
 
 #: Why a device's pool holds more than it uses, and so which remedy applies (``%tf_mem`` and the
-#: sidebar word each one; docs/protocol.md, the ``jax`` field):
+#: sidebar word each one; docs/reference/protocol.md, the ``jax`` field):
 #:
 #: - ``preallocated``: the pool is its whole limit and no variable asks otherwise now;
 #: - ``preallocated_off_now``: the pool is its whole limit, yet ``PREALLOCATE=false`` (or the

@@ -1,4 +1,4 @@
-"""One memory sample: RSS, TensorFlow's allocator and NVML, in the shape docs/protocol.md gives.
+"""One memory sample: RSS, TensorFlow's allocator and NVML, in the shape docs/reference/protocol.md gives.
 
 The live sampler (the sidebar's ``sample`` message) and an isolated worker (its ``sample``
 messages and its final sample) both take theirs here, and what reads a sample (the

@@ -40,7 +40,7 @@ def allocator_stats(*, reserved_peak: bool = False) -> dict[str, dict[str, int]]
     Device names are torch's (``cuda:0`` is the first device ``CUDA_VISIBLE_DEVICES``
     lets the process see, not NVML's GPU 0). The peaks count since the process started or
     since the last ``reset_peak_memory_stats()``. The reserved peak is read only for the
-    isolated report, which shows it: the live protocol's ``torch`` (docs/protocol.md, 1.4),
+    isolated report, which shows it: the live protocol's ``torch`` (docs/reference/protocol.md, 1.4),
     sampled 4 times a second, and ``%tf_mem``'s snapshot carry the four other fields.
 
     Example:

@@ -4,7 +4,7 @@
  */
 
 /**
- * Every message of the `kerasmagic.live` comm protocol 1.7.0, both directions: the one source for kerasmagic/live/protocol.py's tests, the TypeScript types (jlpm gen:protocol) and docs/protocol.md's check. Extra fields are allowed (a newer minor version may add them).
+ * Every message of the `kerasmagic.live` comm protocol 1.7.0, both directions: the one source for kerasmagic/live/protocol.py's tests, the TypeScript types (jlpm gen:protocol) and docs/reference/protocol.md's check. Extra fields are allowed (a newer minor version may add them).
  */
 export type LiveProtocol = FrontendMessage | KernelMessage;
 /**

@@ -16,6 +16,8 @@ import pytest
 from kerasmagic.live.channel import LiveChannel
 from kerasmagic.live.protocol import PROTOCOL_VERSION
 
+pytestmark = pytest.mark.unit  # the real channel, a comm stand-in at its edge, no kernel
+
 DEATH = {"method": "postmortem", "ts": 2.0, "died_ts": 1.0, "execution_count": 3,
          "text": "the previous kernel exited unexpectedly while cell [3] ran"}
 

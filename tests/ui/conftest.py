@@ -15,7 +15,7 @@ import pytest
 
 ARTIFACTS = Path(__file__).parents[2] / "test-artifacts"
 CHROMIUM = os.environ.get("KERASMAGIC_CHROMIUM", "/usr/bin/chromium")
-# What Chromium needs to run headless here (docs/sidebar.md): no sandbox as root, no GPU,
+# What Chromium needs to run headless here (docs/design/sidebar.md): no sandbox as root, no GPU,
 # no network side traffic that would stall in an offline container.
 CHROMIUM_ARGS = [
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",

@@ -259,8 +259,10 @@ LESSON_CELLS = [
 
 
 def _lesson_parts() -> list[str]:
-    """The panel parts lesson 6's table names: the bold first column of its rows."""
-    text = "".join(json.loads(LESSON.read_text())["cells"][0]["source"])
+    """The panel parts lesson 6's table names: the bold first column of its rows (in its first
+    markdown cell; the install cell comes before it)."""
+    first = next(c for c in json.loads(LESSON.read_text())["cells"] if c["cell_type"] == "markdown")
+    text = "".join(first["source"])
     return re.findall(r"^\| \*\*(.+?)\*\* \|", text, re.M)
 
 

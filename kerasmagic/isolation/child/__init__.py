@@ -7,5 +7,5 @@
   (``MPLBACKEND=module://kerasmagic.isolation.child.mpl_backend``).
 
 The kernel side (:mod:`kerasmagic.isolation.pool`, :mod:`~kerasmagic.isolation.local`) starts
-these processes and talks to them only through the job protocol (docs/isolation.md).
+these processes and talks to them only through the job protocol (docs/design/isolation.md).
 """

@@ -25,7 +25,7 @@ RAY_CLIENT_REFUSAL = (
     "on='ray' needs this notebook to be a driver inside the cluster, and a Ray Client address (ray://...) is not "
     "one: Ray Client cannot stream a job's output back (streaming generators). Run the notebook on the head node "
     "or in a pod of the cluster and connect with the GCS address (ray.init(address='HEAD:6379') or "
-    "RAY_ADDRESS=HEAD:6379); see docs/scale-out.md")
+    "RAY_ADDRESS=HEAD:6379); see docs/guide/scale-out.md")
 #: How long a cluster address may take to answer before we say it cannot be reached.
 REACH_TIMEOUT_S = 5.0
 
