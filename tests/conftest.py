@@ -97,7 +97,10 @@ def keras_shell(shell):
 # ray/_private/node.py), and lesson 1's five training processes at once on the other worker
 # made the test cluster, or lesson 7's, miss that on CI's 2 cores.
 RAY_AND_LESSONS = ("tests/cluster/", "tests/notebooks/")
-LONG_RUNNING_FIRST = (*RAY_AND_LESSONS, "tests/ui/")
+# Then the few-test files that each take a minute or more: the sdist install, the README's
+# regenerated outputs, the advice corpus, the model loop per strategy.
+LONG_RUNNING_FIRST = (*RAY_AND_LESSONS, "tests/ui/", "tests/docs/", "tests/core/test_advice_corpus.py",
+                      "tests/stacks/test_model_loop_per_tensorflow.py")
 
 
 def _long_running_rank(nodeid: str) -> int:
