@@ -21,7 +21,36 @@ class KerasMagicUsageError(ValueError):
     """
 
 
-class KernelMemoryLimitError(MemoryError):
+class _ArmedStop:
+    """What the guard's two stops share: Python makes them from the class alone (the guard raises it
+    from another thread), so the message and the figures are read from what :meth:`arm` set."""
+
+    _armed: ClassVar[dict[str, Any]] = {}
+    _armed_lock: ClassVar[threading.Lock] = threading.Lock()
+
+    cell: int | None
+    rss_bytes: int | None
+    limit_bytes: int | None
+
+    def __init__(self, *args: Any) -> None:
+        with _ArmedStop._armed_lock:
+            armed = dict(_ArmedStop._armed)
+        if not args:
+            args = (armed.get("message", "the kernel's memory limit is near"),)
+        super().__init__(*args)
+        self.cell = armed.get("cell")
+        self.rss_bytes = armed.get("rss_bytes")
+        self.limit_bytes = armed.get("limit_bytes")
+
+    @classmethod
+    def arm(cls, message: str, *, cell: int | None, rss_bytes: int, limit_bytes: int) -> None:
+        """Set what the next instance made without arguments says (the guard, before raising)."""
+        with _ArmedStop._armed_lock:
+            _ArmedStop._armed = {"message": message, "cell": cell, "rss_bytes": rss_bytes,
+                                 "limit_bytes": limit_bytes}
+
+
+class KernelMemoryLimitError(_ArmedStop, MemoryError):
     """Raised in the running cell by the memory guard, before the out-of-memory killer would end the
     kernel; the message names the cell, the figure and the limit. The kernel and its variables survive.
 
@@ -37,32 +66,9 @@ class KernelMemoryLimitError(MemoryError):
         cell [12] was stopped by kerasmagic's memory guard at 973 MiB of a 1.00 GiB limit (95 % ≥ 95 %; ...
     """
 
-    _armed: ClassVar[dict[str, Any]] = {}
-    _armed_lock: ClassVar[threading.Lock] = threading.Lock()
-
-    cell: int | None
-    rss_bytes: int | None
-    limit_bytes: int | None
-
-    def __init__(self, *args: Any) -> None:
-        with KernelMemoryLimitError._armed_lock:
-            armed = dict(KernelMemoryLimitError._armed)
-        if not args:
-            args = (armed.get("message", "the kernel's memory limit is near"),)
-        super().__init__(*args)
-        self.cell = armed.get("cell")
-        self.rss_bytes = armed.get("rss_bytes")
-        self.limit_bytes = armed.get("limit_bytes")
-
-    @classmethod
-    def arm(cls, message: str, *, cell: int | None, rss_bytes: int, limit_bytes: int) -> None:
-        """Set what the next instance made without arguments says (the guard, before raising)."""
-        with KernelMemoryLimitError._armed_lock:
-            KernelMemoryLimitError._armed = {"message": message, "cell": cell, "rss_bytes": rss_bytes,
-                                             "limit_bytes": limit_bytes}
 
 
-class KernelMemoryLimitInterrupt(BaseException):
+class KernelMemoryLimitInterrupt(_ArmedStop, BaseException):
     """The memory guard's second stop, for a cell whose code caught the first one (``except
     Exception:`` catches :class:`KernelMemoryLimitError`, a ``MemoryError``) and kept growing.
 
@@ -76,20 +82,6 @@ class KernelMemoryLimitInterrupt(BaseException):
         >>> str(KernelMemoryLimitInterrupt()), KernelMemoryLimitInterrupt().cell
         ('stopped again', 3)
     """
-
-    cell: int | None
-    rss_bytes: int | None
-    limit_bytes: int | None
-
-    def __init__(self, *args: Any) -> None:
-        with KernelMemoryLimitError._armed_lock:
-            armed = dict(KernelMemoryLimitError._armed)
-        if not args:
-            args = (armed.get("message", "the kernel's memory limit is near"),)
-        super().__init__(*args)
-        self.cell = armed.get("cell")
-        self.rss_bytes = armed.get("rss_bytes")
-        self.limit_bytes = armed.get("limit_bytes")
 
 
 def check_seed(seed: Any) -> None:
