@@ -54,9 +54,11 @@ def test_wire_dict_follows_the_field_metadata():
     (IsolatedResult(), {"outputs", "value", "template_threads", "last_output", "first_output_ts", "finished_ts"}),
     (CleanReport(), set()),
     (CleanStep("x"), set()),
-    (CellMeasurement(), set()),
+    # Which graphs were there before and after: to count a cell's new ops by identity, not by name.
+    (CellMeasurement(), {"_graph_ids_before", "_graph_ids_after"}),
     (MemorySnapshot({}, {}, {}, {}, [], None), set()),
-    (Job("code", "/tmp/job"), {"owns_directory", "memory_limit_bytes"}),  # the kernel (or agent) holds the limit
+    # The kernel (or agent) holds the limit; the settings a warm spare cannot change stay kernel-side.
+    (Job("code", "/tmp/job"), {"owns_directory", "memory_limit_bytes", "fixed_settings"}),
 ])
 def test_records_are_dataclasses_marked_where_not_wire(record, not_wire):
     assert dataclasses.is_dataclass(record)

@@ -181,9 +181,10 @@ def test_the_memory_guard_ends_the_spares_when_it_warns(ipython, monkeypatch):
     from kerasmagic import guard
 
     readings = iter([900, 900])  # MiB of a 1000 MiB limit: past the warning level, confirmed
-    monkeypatch.setattr(guard, "memory_limit", lambda: SimpleNamespace(
-        rss_bytes=next(readings) * 2**20, limit_bytes=1000 * 2**20, used_pct=90.0, where="a test",
-        to_dict=lambda: {}))
+    from kerasmagic.limits import MemoryLimit
+
+    monkeypatch.setattr(guard, "memory_limit", lambda: MemoryLimit(
+        limit_bytes=1000 * 2**20, source="user", where="a test", rss_bytes=next(readings) * 2**20, cgroup={}))
     pool = WorkerPool(size=1, warm_spare=True)
     template = _Template()
     pool._templates.append(template)
