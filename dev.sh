@@ -129,7 +129,7 @@ setup_next_stack() {
   log "installing the wheel beside $NEXT_TENSORFLOW with a plain pip install"
   "$venv/bin/python" -m pip install -q "$wheel"
   "$venv/bin/python" -m pip check
-  log "next stack: $("$venv/bin/python" -m pip list 2>/dev/null | grep -iE '^(tensorflow-cpu|keras|keras-nightly) ' | tr -s ' ' | paste -sd ',')"
+  log "next stack: $("$venv/bin/python" -m pip list 2>/dev/null | grep -iE '^(tensorflow[-_]cpu|keras|keras-nightly) ' | tr -s ' ' | paste -sd ',')"
 }
 
 setup_browser() {
