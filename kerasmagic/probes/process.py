@@ -236,6 +236,10 @@ def child_pids(pid: int | str = "self") -> list[int]:
 
 #: What the command line of kerasmagic's isolation template holds; its jobs are forks of it.
 _TEMPLATE_COMMAND = b"kerasmagic.isolation.template"
+#: How the post-mortem's watcher (``kerasmagic/death_watch.py``, one beside each kernel) is told
+#: apart from the user's own child processes: a sidebar that said "with 1 child process" for every
+#: kernel would teach users to ignore the line.
+_DEATH_WATCH_COMMAND = b"death_watch.py"
 
 
 def child_processes_memory() -> dict[str, int] | Unavailable:
@@ -258,9 +262,12 @@ def child_processes_memory() -> dict[str, int] | Unavailable:
         try:
             rss = _pid_rss_bytes(pid)
             with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
-                ours = _TEMPLATE_COMMAND in cmdline.read()
+                command = cmdline.read()
         except (OSError, ValueError, IndexError):
             continue  # it exited between the walk and now
+        if _DEATH_WATCH_COMMAND in command:
+            continue  # our post-mortem's watcher: bookkeeping, not the user's children
+        ours = _TEMPLATE_COMMAND in command
         if not rss:
             continue  # a zombie (a job that ended, not yet reaped): no memory, nothing to report
         found["count"] += 1
@@ -294,6 +301,9 @@ def process_tree_memory() -> dict[str, Any] | Unavailable:
     for pid in descendant_pids():
         try:
             rss = _pid_rss_bytes(pid)
+            with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+                if _DEATH_WATCH_COMMAND in cmdline.read():
+                    continue  # our post-mortem's watcher (about 10 MiB): not one of the user's children
         except (OSError, ValueError, IndexError):
             continue  # it exited between the walk and now
         pss = pss_uss_bytes(pid).get("pss_bytes")

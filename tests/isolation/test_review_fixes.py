@@ -85,7 +85,7 @@ def test_a_job_dying_after_ready_does_not_break_the_next_job(dying_pool):
 def test_a_failure_inside_the_launch_is_an_error_not_a_hang(monkeypatch):
     from kerasmagic.isolation.template import TemplateHandle
 
-    def no_descriptors(self, spec, directory):
+    def no_descriptors(self, spec, directory, *args, **kwargs):  # the fork's signature, spares' warm/env too
         raise OSError(24, "Too many open files")
 
     monkeypatch.setattr(TemplateHandle, "fork", no_descriptors)
