@@ -23,7 +23,8 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 __all__ = ["JAX_CACHE_ENV", "JAX_CACHE_MAX_BYTES", "use_compilation_cache", "warm_up"]
 
@@ -61,23 +62,34 @@ def use_compilation_cache() -> str:
     return folder
 
 
-def _quietly(fn: Callable[[], None]) -> None:
-    """Run ``fn`` with fds 1 and 2 on /dev/null (they are the job's pipes already)."""
+@contextmanager
+def output_to(target_fd: int) -> Iterator[None]:
+    """Send fds 1 and 2 to ``target_fd`` for the block, then back: what a template's imports and a
+    spare's warm-up print must never reach a cell (the job's pipes are fds 1 and 2 already)."""
     sys.stdout.flush()
     sys.stderr.flush()
     saved = os.dup(1), os.dup(2)
-    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(target_fd, 1)
+    os.dup2(target_fd, 2)
     try:
-        os.dup2(devnull, 1)
-        os.dup2(devnull, 2)
-        fn()
+        yield
     finally:
         sys.stdout.flush()
         sys.stderr.flush()
         os.dup2(saved[0], 1)
         os.dup2(saved[1], 2)
-        for fd in (*saved, devnull):
+        for fd in saved:
             os.close(fd)
+
+
+def _quietly(fn: Callable[[], None]) -> None:
+    """Run ``fn`` with fds 1 and 2 on /dev/null."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        with output_to(devnull):
+            fn()
+    finally:
+        os.close(devnull)
 
 
 def _device_context(backend: str) -> None:

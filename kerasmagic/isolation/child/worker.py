@@ -48,7 +48,7 @@ from ..messages import CHANNEL_LOST_EXIT, JOB_CHANNEL, Done, ImportFailed, Messa
 from ..shipping import ShippingError, decode, encode
 from ..spec import imported_since, modules_present, preload
 from . import child_display
-from .warmup import use_compilation_cache, warm_up
+from .warmup import output_to, use_compilation_cache, warm_up
 
 CELL_FILENAME = "<isolated cell>"
 
@@ -109,19 +109,12 @@ def _send(conn: Connection, message: Message) -> None:
 
 def _preload(modules: list[str], learned: list[str], log_path: str) -> float:
     """Import the frameworks with fd 1/2 sent to a log: import chatter must not reach a cell."""
-    saved = os.dup(1), os.dup(2)
     log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    os.dup2(log_fd, 1)
-    os.dup2(log_fd, 2)
     try:
-        return preload(modules, learned)
+        with output_to(log_fd):
+            return preload(modules, learned)
     finally:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os.dup2(saved[0], 1)
-        os.dup2(saved[1], 2)
-        for fd in (*saved, log_fd):
-            os.close(fd)
+        os.close(log_fd)
 
 
 def _memory_sample() -> dict[str, Any]:
