@@ -36,6 +36,8 @@ def make(units=64, inputs=32, outputs=4):
 x = rng.random((1024, 32), dtype=np.float32)
 y = rng.integers(0, 4, 1024)
 """
+#: TensorFlow's CustomGradient entries (the registry whose growth %%fresh_model purges).
+ENTRIES = "print(kerasmagic.probes.tensorflow.custom_gradient_entries())"
 #: The leak watch's report as JSON: what the notebook's reader would see, with its evidence.
 REPORT = "print(json.dumps(kerasmagic.cell_growth(recent=None).to_dict(), default=str))"
 
@@ -125,6 +127,19 @@ def _follow(kernel, advice: dict, later: list[str]) -> int:
     return freed
 
 
+def _follow_fresh_model(kernel, code: str, cell: dict) -> None:
+    """Re-run a flagged cell started with %%fresh_model, as its "Fix:" says: after one run that pays
+    for the clean, each further run may grow by at most a fifth of what the flagged runs grew by
+    (and the registry entries stop piling up)."""
+    _run(kernel, "%%fresh_model -q\n" + code)
+    before = _rss(kernel), int(kernel.execute(ENTRIES))
+    _run(kernel, "%%fresh_model -q\n" + code, times=2)
+    after = _rss(kernel), int(kernel.execute(ENTRIES))
+    per_run = (after[0] - before[0]) / 2
+    assert per_run <= max(0.2 * cell["growth_per_run_bytes"], TOLERANCE_BYTES), (per_run, cell["fix_text"])
+    assert after[1] <= before[1], (before, after, cell["fix_text"])
+
+
 def _run(kernel, code: str, times: int = 1) -> None:
     for _ in range(times):
         kernel.execute(code, timeout=120)
@@ -190,6 +205,9 @@ for units in (16, 32):
         assert "SEARCH_LOG" not in advice["names"] and "best_model" not in advice["names"], advice["text"]
         _follow(notebook, advice, ["SEARCH_LOG", "best_model"])
     assert int(notebook.execute("print(len(SEARCH_LOG))")) == 8
+    if cell["fix"] == "fresh_model":
+        # Followed as the advice says: the same cell, started with %%fresh_model, must stop growing.
+        _follow_fresh_model(notebook, search, cell)
 
 
 def test_transfer_learning_with_a_frozen_base_is_not_told_fresh_model_nor_to_drop_the_base(notebook):
