@@ -64,11 +64,6 @@ export default defineConfig([
       'prefer-arrow-callback': 'error'
     }
   },
-  {
-    // A spec's describe() holds its cases: long by nature, and each case is short.
-    files: ['**/__tests__/**/*.ts'],
-    rules: { 'max-lines-per-function': 'off' }
-  },
   prettierRecommended,
   {
     // The template's quote rule; typescript-eslint 8 dropped its own `quotes`, so this is

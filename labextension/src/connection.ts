@@ -9,25 +9,16 @@ import { Kernel } from '@jupyterlab/services';
 import { IDisposable } from '@lumino/disposable';
 import { ISignal, Signal } from '@lumino/signaling';
 
-import {
-  addMark,
-  ICellRun,
-  IMark,
-  SeriesHistory,
-  upsertCellRun
-} from './history';
+import { addMark, ICellRun, IMark, SeriesHistory } from './history';
 import { JobTable } from './jobs';
 import {
-  addSample,
-  cellRunOf,
   IClearReport,
   IHostMemory,
   IKernelRecord,
   kernelNow,
-  newRecord,
-  replayHistory
+  newRecord
 } from './record';
-import { recordFacts } from './series';
+import { RestartMemory } from './restarts';
 import { IDeath, IKernelEntry, KernelStore } from './store';
 import {
   ConnectionState,
@@ -94,9 +85,9 @@ export class LiveConnection implements IDisposable {
     return this._stateChanged;
   }
 
-  /** Emitted on every sample, facts, event or clear result. */
-  get changed(): ISignal<this, void> {
-    return this._changed;
+  /** Emitted when a cell starts or ends in the followed kernel (`runningCell`). */
+  get runningCellChanged(): ISignal<unknown, void> {
+    return this._transport.executions.changed;
   }
 
   /** What the sidebar knows of each kernel (kept across notebook switches). */
@@ -164,6 +155,11 @@ export class LiveConnection implements IDisposable {
   /** Whether the kernel watches cells (protocol 1.2 or later); null before `hello`. */
   get cellsSupported(): boolean | null {
     return this._supports(2);
+  }
+
+  /** The followed kernel's id ('' with none): its key in the store. */
+  get kernelId(): string {
+    return this._kernelId();
   }
 
   get kernelName(): string {
@@ -246,7 +242,9 @@ export class LiveConnection implements IDisposable {
     const capacity = this._capacity(options.intervalS);
     this._store.records().forEach(record => record.history.resize(capacity));
     this._transport.intervalS = options.intervalS;
-    this._changed.emit();
+    this._store.kernelIds.forEach(id =>
+      this._store.recordChanged(id, 'samples')
+    );
   }
 
   /** Ask the kernel to run clear_tf (after a running cell); resolves with its answer. */
@@ -254,34 +252,31 @@ export class LiveConnection implements IDisposable {
     // The report belongs to this kernel's record: it is shown only while this kernel is
     // followed, and a restart (a new record) drops it.
     const record = this._record();
-    const failed = (reason: unknown) => {
-      record.clearReport = {
-        status: 'failed',
-        text: '',
-        error: String(reason)
-      };
-      this._changed.emit();
-    };
+    const kernelId = this._kernelId();
+    const report = (clearReport: IClearReport) =>
+      this._store.setClearReport(kernelId, record, clearReport);
+    const failed = (reason: unknown) =>
+      report({ status: 'failed', text: '', error: String(reason) });
     if (this.state.kind !== 'connected' || !this._transport.isOpen) {
       const reason = new Error('not connected');
       failed(reason);
       return Promise.reject(reason);
     }
     const requestId = `clear-${++this._requestCounter}-${Date.now()}`;
-    record.clearReport = { status: 'pending', text: '' };
+    report({ status: 'pending', text: '' });
     const answer = new Promise<IClearResult>((resolve, reject) => {
       this._pendingClears.set(requestId, { resolve, reject });
       this._transport.send({ method: 'clear', request_id: requestId });
     });
-    answer.then(result => {
-      record.clearReport = {
-        status: result.ok ? 'ok' : 'failed',
-        text: result.text,
-        report: result.report
-      };
-      this._changed.emit();
-    }, failed);
-    this._changed.emit();
+    answer.then(
+      result =>
+        report({
+          status: result.ok ? 'ok' : 'failed',
+          text: result.text,
+          report: result.report
+        }),
+      failed
+    );
     return answer;
   }
 
@@ -316,7 +311,6 @@ export class LiveConnection implements IDisposable {
       // The kernel tells every comm of it again (`postmortem`): a death from before now stays
       // dismissed; a later one is news.
       this._store.dismissDeath(this._kernelId(), this._kernelNow());
-      this._changed.emit();
     }
   }
 
@@ -382,7 +376,6 @@ export class LiveConnection implements IDisposable {
           this._restartPending = null;
           // Same kernel id, a new process: a new history that starts with the restart.
           this._newRecord(true, this._kernelNow());
-          this._changed.emit();
         }
       });
     }
@@ -400,6 +393,8 @@ export class LiveConnection implements IDisposable {
   ): void {
     const diedTs = this._kernelNow();
     addMark(record.marks, { kind: 'death', ts: diedTs });
+    // The record stays the store's (a kernel that was replaced keeps its id): say it changed.
+    this._store.recordChanged(this._kernelId(), 'runs');
     this._store.setDeath(this._kernelId(), {
       diedTs,
       executionCount: runningCount,
@@ -410,7 +405,6 @@ export class LiveConnection implements IDisposable {
       // A new process under the same id, not called a restart: none of the dead one's jobs.
       this._newRecord(false, undefined, true);
     }
-    this._changed.emit();
   }
 
   // ---- messages -------------------------------------------------------------------------
@@ -422,25 +416,20 @@ export class LiveConnection implements IDisposable {
       case 'hello':
         this._notePid(message.pid, message.ts);
         this._record().hello = message;
-        return; // the transport's state change says it
+        this._store.noteHello(kernelId, this.notebookPath);
+        this._store.recordChanged(kernelId, 'hello');
+        break;
       case 'sample':
-        if (addSample(this._record(), message, this.intervalS)) {
-          this._record().latestSample = message; // an overtaken one must not turn the headlines back
-        }
-        break;
       case 'facts':
-        this._record().latestFacts = message;
-        recordFacts(this.history, message);
-        break;
       case 'event':
-        this._record().lastEvent = message;
-        addMark(this._record().marks, { kind: message.kind, ts: message.ts });
-        break;
       case 'cell_run':
-        upsertCellRun(this._record().cellRuns, cellRunOf(message.run));
-        break;
       case 'history':
-        replayHistory(this._record(), message, this.intervalS);
+        this._store.applyToRecord(
+          kernelId,
+          this._record(),
+          message,
+          this.intervalS
+        );
         break;
       case 'postmortem':
         this._onPostmortem(message);
@@ -461,7 +450,6 @@ export class LiveConnection implements IDisposable {
         break;
       }
     }
-    this._changed.emit();
   }
 
   private _onPostmortem(message: IPostmortem): void {
@@ -551,7 +539,14 @@ export class LiveConnection implements IDisposable {
   private _transport: CommTransport;
   private _historyMinutes: number;
   /** Per kernel id: its record, jobs, leak watch and death (see store.ts). */
-  private _store = new KernelStore();
+  private _store = new KernelStore(
+    8,
+    new RestartMemory(
+      typeof window !== 'undefined' && window.localStorage
+        ? window.localStorage
+        : null
+    )
+  );
   /** A 'restarting' not yet known to be a restart (see `_onKernelGone`). */
   private _restartPending: {
     record: IKernelRecord;
@@ -566,5 +561,4 @@ export class LiveConnection implements IDisposable {
   >();
   private _isDisposed = false;
   private _stateChanged = new Signal<this, ConnectionState>(this);
-  private _changed = new Signal<this, void>(this);
 }

@@ -7,7 +7,14 @@
 import { el } from './dom';
 import { SERIES } from './series';
 import { IDeath } from './store';
-import { formatClock, ISeriesSpec, IWording, Timeline } from './timeline';
+import {
+  formatClock,
+  IChartGeometry,
+  ISeriesSpec,
+  IWording,
+  NORMAL_GEOMETRY,
+  Timeline
+} from './timeline';
 
 export namespace DeathSection {
   export interface IOptions {
@@ -42,6 +49,14 @@ export class DeathSection {
   /** The dead kernel's chart, while there is one to show. */
   get timeline(): Timeline | null {
     return this._timeline;
+  }
+
+  /** The chart's rows and text size: the live chart's (classroom mode, issue 31 item 4). */
+  set geometry(geometry: IChartGeometry) {
+    this._geometry = geometry;
+    if (this._timeline) {
+      this._timeline.geometry = geometry;
+    }
   }
 
   dispose(): void {
@@ -79,17 +94,26 @@ export class DeathSection {
         // Made only while there is a death to show: the live chart stays the panel's only
         // other chart (and the first one in it, as the browser tests expect).
         this._timeline = new Timeline({ trans, onRun: () => undefined });
+        this._timeline.geometry = this._geometry;
         this._timeline.node.classList.add('jp-mod-dead');
         this.node.insertBefore(this._timeline.node, this._dismiss);
       }
-      const last = record.history.points(SERIES.rss).slice(-1)[0];
+      const points = record.history.points(SERIES.rss);
+      const last = points[points.length - 1];
+      // Its whole life, from its first sample or cell run to its death (issue 31, item 4: the
+      // chart's "All" without a start showed only the last minute, and none of its runs).
+      const since = Math.min(
+        points[0]?.ts ?? Infinity,
+        record.cellRuns[0]?.startedTs ?? Infinity
+      );
       this._timeline.render({
         series: this._options.series(),
         points: key => record.history.points(key),
         runs: record.cellRuns,
         marks: record.marks,
         now: Math.max(last?.ts ?? 0, death.diedTs ?? 0),
-        intervalS
+        intervalS,
+        since: Number.isFinite(since) ? since : null
       });
     }
   }
@@ -98,4 +122,5 @@ export class DeathSection {
   private _text: HTMLElement;
   private _dismiss: HTMLElement;
   private _timeline: Timeline | null = null;
+  private _geometry: IChartGeometry = NORMAL_GEOMETRY;
 }

@@ -6,6 +6,7 @@
  */
 
 import { Kernel, KernelMessage } from '@jupyterlab/services';
+import { ISignal, Signal } from '@lumino/signaling';
 
 export namespace ExecutionTracker {
   export interface IOptions {
@@ -24,6 +25,11 @@ export namespace ExecutionTracker {
  */
 export class ExecutionTracker {
   constructor(private readonly _options: ExecutionTracker.IOptions) {}
+
+  /** Emitted when a cell starts, is numbered or ends (`runningCell` may have changed). */
+  get changed(): ISignal<this, void> {
+    return this._changed;
+  }
 
   /** The kernel's main shell is running an execute_request (from IOPub status). */
   executing = false;
@@ -99,6 +105,7 @@ export class ExecutionTracker {
         this.cellsEnded++;
         this._options.onCellEnded();
       }
+      this._changed.emit();
     } else if (msg.header.msg_type === 'execute_input') {
       // The cell's In[n] as the kernel numbers it: the notebook shows [*] until the reply.
       const count = (msg.content as KernelMessage.IExecuteInputMsg['content'])
@@ -106,6 +113,7 @@ export class ExecutionTracker {
       this.runningCount = typeof count === 'number' ? count : null;
       this._lastCount = this.runningCount ?? this._lastCount;
       this._options.onCellAnnounced(this.runningCount);
+      this._changed.emit();
     }
   }
 
@@ -134,6 +142,7 @@ export class ExecutionTracker {
     }
   }
 
+  private _changed = new Signal<this, void>(this);
   private _kernel: Kernel.IKernelConnection | null = null;
   /** The last `In[n]` the kernel announced, and this page's cells sent since, unannounced. */
   private _lastCount: number | null = null;

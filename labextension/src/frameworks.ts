@@ -214,10 +214,15 @@ export class GpuSection {
 
   readonly node: HTMLElement;
 
-  render(sample: ISample): void {
+  /** `sample` null: a kernel with no sample yet, no GPU section. */
+  render(sample: ISample | null): void {
     const trans = this._trans;
     const section = this._frame;
     this._lines.textContent = '';
+    section.node.hidden = sample === null;
+    if (sample === null) {
+      return;
+    }
     const view = gpuView(sample, trans);
     section.node.dataset.quiet = String(view.quiet);
     section.node.dataset.status = view.status;
@@ -268,12 +273,21 @@ export class KerasSection {
 
   readonly node: HTMLElement;
 
-  /** `runningCell`: whether a cell runs now (its number, or true where not known). */
-  render(facts: IFacts, runningCell: number | boolean): void {
+  /**
+   * `runningCell`: whether a cell runs now (its number, or true where not known); `facts`
+   * null: a kernel that sent none yet (the title alone).
+   */
+  render(facts: IFacts | null, runningCell: number | boolean): void {
     const trans = this._trans;
     const section = this._frame;
     this._counters.textContent = '';
     this._models.textContent = '';
+    if (facts === null) {
+      section.title.textContent = trans.__('Keras');
+      section.asOf.textContent = '';
+      this._modelsTitle.textContent = '';
+      return;
+    }
     const quiet = stageOf(facts.keras_status) === 'not_imported';
     section.node.dataset.quiet = String(quiet);
     this._counters.hidden = quiet;

@@ -64,8 +64,17 @@ export class HeadlinesSection {
 
   readonly node: HTMLElement;
 
-  /** The tiles for `sample`, and the host's memory from the latest sample that had it. */
-  render(sample: ISample, host: IHostMemory | null): void {
+  /**
+   * The tiles for `sample`, and the host's memory from the latest sample that had it; none
+   * for a kernel with no sample yet (never the last kernel's figures).
+   */
+  render(sample: ISample | null, host: IHostMemory | null): void {
+    if (sample === null) {
+      Object.values(this._tiles).forEach(tile => this._show(tile, null));
+      delete this._panelNode.dataset.pssBytes;
+      delete this._panelNode.dataset.withChildrenBytes;
+      return;
+    }
     const trans = this._trans;
     const h = this._tiles;
     // Whose figure it is, and how it meets top's and jupyter-resource-usage's (the hover).

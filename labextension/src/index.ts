@@ -119,7 +119,7 @@ function addOpenCommand(
       app.shell.activateById(PANEL_ID);
       // Opened from the palette or the shortcut, the panel takes the focus (keyboard and
       // screen-reader users land in it, not back in the notebook).
-      panel.node.focus();
+      panel.takeFocus();
     }
   });
   // The docs and lesson 6 point users to the palette: without this entry they find nothing.

@@ -37,7 +37,7 @@ import {
 } from './timeline';
 import { el } from './dom';
 import { chartSeries } from './series';
-import { RestartMemory } from './restarts';
+import { IStoreChange, KernelStore, StorePart } from './store';
 
 export namespace KerasMagicPanel {
   export interface IOptions {
@@ -120,7 +120,8 @@ export class KerasMagicPanel extends Widget {
     this.node.appendChild(this._body);
 
     this.connection.stateChanged.connect(this._update, this);
-    this.connection.changed.connect(this._update, this);
+    this.connection.store.changed.connect(this._onStoreChange, this);
+    this.connection.runningCellChanged.connect(this._onRunningCell, this);
     // The classroom chart follows the panel's height (the sidebar's, resized with the window).
     this._resize = new ResizeObserver(() => this._fitChart());
     this._resize.observe(this.node);
@@ -138,7 +139,8 @@ export class KerasMagicPanel extends Widget {
     this._timeline.dispose();
     this._death.dispose();
     this.connection.stateChanged.disconnect(this._update, this);
-    this.connection.changed.disconnect(this._update, this);
+    this.connection.store.changed.disconnect(this._onStoreChange, this);
+    this.connection.runningCellChanged.disconnect(this._onRunningCell, this);
     super.dispose();
   }
 
@@ -170,11 +172,29 @@ export class KerasMagicPanel extends Widget {
     this._fitChart();
   }
 
+  /**
+   * Take the focus (the palette's "Show the Keras memory sidebar", the shortcut): now, and
+   * again once the palette has given it back to the notebook it came from. The palette
+   * restores the focus after the command ran, in the next animation frame (issue 31, item 5).
+   */
+  takeFocus(): void {
+    this.node.focus();
+    requestAnimationFrame(() =>
+      requestAnimationFrame(() => {
+        if (!this.node.contains(document.activeElement)) {
+          this.node.focus();
+        }
+      })
+    );
+  }
+
   /** The chart's rows for the mode and, in classroom mode, the panel's height. */
   private _fitChart(): void {
-    this._timeline.geometry = this._classroom
+    const geometry = this._classroom
       ? classroomGeometry(this.node.clientHeight)
       : NORMAL_GEOMETRY;
+    this._timeline.geometry = geometry;
+    this._death.geometry = geometry;
   }
 
   /** The title, the classroom toggle, the kernel's name and pid, and its restart. */
@@ -213,6 +233,7 @@ export class KerasMagicPanel extends Widget {
 
   // ---- rendering -------------------------------------------------------------------------
 
+  /** Everything again: the followed kernel or its state changed, or the panel was shown. */
   private _update(): void {
     if (!this.isVisible && this.isAttached) {
       return; // drawn on show; hidden panels cost nothing
@@ -220,51 +241,104 @@ export class KerasMagicPanel extends Widget {
     const connection = this.connection;
     const state = connection.state;
     this.node.dataset.state = state.kind;
-    this._kernelLabel.textContent = this._kernelText(state);
-    this._notice.render(state, {
-      showsLastView: connection.lastView !== null,
-      runningCell: connection.runningCell,
-      notebookPath: connection.notebookPath,
-      autoloads: connection.autoloads
-    });
-    this._renderDeath();
+    this._drawNotice();
     const connected = state.kind === 'connected';
     // Back on a kernel it has seen: its last view at once, "updating…", not a blank panel.
     const updating = !connected && connection.lastView !== null;
     this.node.dataset.updating = String(updating);
     this._body.hidden = !connected && !updating;
-    this._renderKernelRecord();
-    this._clearing.button.disabled =
-      !connected || connection.clearReport?.status === 'pending';
+    (Object.keys(this._drawers) as StorePart[]).forEach(part =>
+      this._draw(part)
+    );
     if (!connected && !updating) {
       this._jobs.stopTicker();
-      return;
     }
-    this._renderSections();
   }
 
-  /** The body's sections, from the followed kernel's latest sample and facts. */
-  private _renderSections(): void {
+  /**
+   * What draws each part of the followed kernel's store entry: a part's change redraws its
+   * sections alone (a sample does not rebuild the jobs list or the Keras section).
+   */
+  private _drawers: { [part in StorePart]: (() => void)[] } = {
+    hello: [() => this._drawHeader()],
+    samples: [
+      () => this._headlines.render(this._sample(), this.connection.host),
+      () => this._gpu.render(this._sample()),
+      () => this._drawFooter(),
+      () => this._tf.render(this._sample(), this.connection.latestFacts),
+      () => this._drawTimeline(),
+      () => this._stampFigures()
+    ],
+    facts: [
+      () => this._tf.render(this._sample(), this.connection.latestFacts),
+      () => this._drawKeras()
+    ],
+    runs: [() => this._drawTimeline()],
+    clear: [() => this._drawClearing()],
+    jobs: [() => this._drawJobs()],
+    cellGrowth: [
+      () =>
+        this._leaks.render(
+          this.connection.cellGrowth,
+          this.connection.cellsSupported,
+          this._kernelProtocol()
+        )
+    ],
+    death: [() => this._drawDeath()]
+  };
+
+  private _draw(part: StorePart): void {
+    this._drawers[part].forEach(draw => draw());
+  }
+
+  /** A part of some kernel's entry changed: redrawn where it is the followed kernel's. */
+  private _onStoreChange(store: KernelStore, change: IStoreChange): void {
+    if (
+      change.kernelId !== this.connection.kernelId ||
+      (!this.isVisible && this.isAttached)
+    ) {
+      return; // another kernel's, or hidden: drawn when followed or shown
+    }
+    this._draw(change.part);
+  }
+
+  /** A cell started or ended: what says "as of the running cell" or waits for it. */
+  private _onRunningCell(): void {
+    if (!this.isVisible && this.isAttached) {
+      return;
+    }
+    this._drawNotice();
+    this._drawKeras();
+    this._drawClearing();
+  }
+
+  /** The followed kernel's latest sample, shown only with its body (connected or updating). */
+  private _sample(): ISample | null {
+    return this.connection.latestSample;
+  }
+
+  private _drawNotice(): void {
     const connection = this.connection;
-    const sample = connection.latestSample;
-    const facts = connection.latestFacts;
-    if (sample) {
-      this._headlines.render(sample, connection.host);
-      this._gpu.render(sample);
-      this._renderFooter(sample);
-      this._stampFigures(sample);
-    }
-    this._tf.render(sample, facts);
+    this._notice.render(connection.state, {
+      showsLastView: connection.lastView !== null,
+      runningCell: connection.runningCell,
+      notebookPath: connection.notebookPath,
+      autoloads: connection.autoloads
+    });
+  }
+
+  private _drawKeras(): void {
+    const facts = this.connection.latestFacts;
+    this._keras.render(facts, this.connection.runningCell);
     if (facts) {
-      this._keras.render(facts, connection.runningCell);
       this.node.dataset.executionCount = String(facts.execution_count);
+    } else {
+      delete this.node.dataset.executionCount;
     }
-    this._renderTimeline(sample);
-    this._leaks.render(
-      connection.cellGrowth,
-      connection.cellsSupported,
-      this._kernelProtocol()
-    );
+  }
+
+  private _drawJobs(): void {
+    const connection = this.connection;
     this._jobs.render(
       connection.jobs,
       connection.jobsSupported,
@@ -273,18 +347,25 @@ export class KerasMagicPanel extends Widget {
     this._jobs.syncTicker(
       this.isVisible && connection.state.kind === 'connected'
     );
-    if (sample) {
-      // Read by the browser tests and bench_sidebar.py (sample-to-screen latency): stamped
-      // last, once the timeline and every section show this sample, not when the headline does.
-      this.node.dataset.sampleTs = String(sample.ts);
-      this.node.dataset.sampleSeq = String(sample.seq);
-      this.node.dataset.renderedTs = String(Date.now() / 1000);
-    }
   }
 
-  /** The sample's figures as the browser tests read them (data attributes). */
-  private _stampFigures(sample: ISample): void {
+  /**
+   * The sample's figures as the browser tests and bench_sidebar.py read them (data
+   * attributes), none for a kernel with no sample yet. Stamped last, once the timeline and
+   * every section show this sample (sample-to-screen latency), not when the headline does.
+   */
+  private _stampFigures(): void {
+    const sample = this._sample();
     const data = this.node.dataset;
+    if (sample === null) {
+      for (const key of ['rssBytes', 'tfInUseBytes', 'gpuAllocInUseBytes']) {
+        delete data[key];
+      }
+      for (const key of ['sampleTs', 'sampleSeq', 'renderedTs']) {
+        delete data[key];
+      }
+      return;
+    }
     data.rssBytes = isNumber(sample.rss_bytes) ? String(sample.rss_bytes) : '';
     const tfInUse = sumDevices(
       sample.tf,
@@ -294,15 +375,19 @@ export class KerasMagicPanel extends Widget {
     data.tfInUseBytes = tfInUse === null ? '' : String(tfInUse);
     const gpuInUse = allocatorInUse(sample);
     data.gpuAllocInUseBytes = gpuInUse === null ? '' : String(gpuInUse);
+    data.sampleTs = String(sample.ts);
+    data.sampleSeq = String(sample.seq);
+    data.renderedTs = String(Date.now() / 1000);
   }
 
   /**
-   * What belongs to the followed kernel alone: its restart, its last Clear session report
-   * and event, and where its history starts (read by the browser tests).
+   * The kernel's name and pid (its last view's, "updating…", while it answers) and its
+   * restart (the store keeps it for a reload).
    */
-  private _renderKernelRecord(): void {
+  private _drawHeader(): void {
     const trans = this._trans;
-    const restartedAt = this._restart()?.at ?? null;
+    this._kernelLabel.textContent = this._kernelText(this.connection.state);
+    const restartedAt = this.connection.restartedAt;
     this._restarted.textContent =
       restartedAt === null
         ? ''
@@ -310,13 +395,17 @@ export class KerasMagicPanel extends Widget {
     this._restarted.hidden = restartedAt === null;
     this.node.dataset.restartedAt =
       restartedAt === null ? '' : String(restartedAt / 1000);
-    const first = this.connection.history.points(SERIES.rss)[0];
-    this.node.dataset.historySince = first ? String(first.ts) : '';
-    this._clearing.render(
-      this.connection.clearReport,
-      this.connection.runningCell
-    );
-    const event = this.connection.lastEvent;
+  }
+
+  /** The followed kernel's last Clear session report and event. */
+  private _drawClearing(): void {
+    const trans = this._trans;
+    const connection = this.connection;
+    this._clearing.render(connection.clearReport, connection.runningCell);
+    this._clearing.button.disabled =
+      connection.state.kind !== 'connected' ||
+      connection.clearReport?.status === 'pending';
+    const event = connection.lastEvent;
     this._event.textContent = event
       ? trans.__(
           'Last event: %1 at %2',
@@ -327,31 +416,8 @@ export class KerasMagicPanel extends Widget {
     this._event.hidden = !event;
   }
 
-  /**
-   * The followed kernel's restart: the one this page saw (kept for a reload), else one a page
-   * before a reload saw, with its mark's time (`recalledTs`). Null where there was none.
-   */
-  private _restart(): { at: number; recalledTs: number | null } | null {
-    const state = this.connection.state;
-    const pid = state.kind === 'connected' ? state.hello.pid : null;
-    const path = this.connection.notebookPath;
-    const seenAt = this.connection.restartedAt;
-    if (seenAt !== null) {
-      const mark = this.connection.marks.find(m => m.kind === 'restart');
-      const key = `${path} ${pid} ${seenAt}`;
-      if (pid !== null && path && mark && key !== this._rememberedRestart) {
-        this._restarts.remember(path, { pid, ts: mark.ts, at: seenAt });
-        this._rememberedRestart = key;
-      }
-      return { at: seenAt, recalledTs: null };
-    }
-    const recalled =
-      pid !== null && path ? this._restarts.recall(path, pid) : null;
-    return recalled ? { at: recalled.at, recalledTs: recalled.ts } : null;
-  }
-
   /** The followed kernel's predecessor died: when, in which cell, why, and its timeline. */
-  private _renderDeath(): void {
+  private _drawDeath(): void {
     const death = this.connection.death;
     this._death.render(death, this.connection.intervalS);
     this.node.dataset.death =
@@ -380,30 +446,26 @@ export class KerasMagicPanel extends Widget {
     return name;
   }
 
-  private _renderTimeline(sample: ISample | null): void {
+  /** The followed kernel's series, cell runs and marks; where its history starts. */
+  private _drawTimeline(): void {
+    const sample = this._sample();
     const history = this.connection.history;
-    const series = this._series(sample);
     const runs = this.connection.cellRuns;
-    const lastPoint = history.points(SERIES.rss).slice(-1)[0];
+    const marks = this.connection.marks;
+    const rss = history.points(SERIES.rss);
     const now = Math.max(
       sample?.ts ?? 0,
-      lastPoint?.ts ?? 0,
+      rss[rss.length - 1]?.ts ?? 0,
       ...runs.slice(-1).map(r => r.endedTs ?? r.startedTs),
-      ...this.connection.marks.slice(-1).map(m => m.ts)
+      ...marks.slice(-1).map(m => m.ts)
     );
     const since = Math.min(
-      history.points(SERIES.rss)[0]?.ts ?? Infinity,
+      rss[0]?.ts ?? Infinity,
       runs[0]?.startedTs ?? Infinity
     );
-    let marks = this.connection.marks;
-    const recalled = this._restart()?.recalledTs ?? null;
-    if (recalled !== null && !marks.some(m => m.kind === 'restart')) {
-      marks = [{ kind: 'restart', ts: recalled }, ...marks].sort(
-        (a, b) => a.ts - b.ts
-      );
-    }
+    this.node.dataset.historySince = rss[0] ? String(rss[0].ts) : '';
     this._timeline.render({
-      series,
+      series: this._series(sample),
       points: key => history.points(key),
       runs,
       marks,
@@ -418,7 +480,12 @@ export class KerasMagicPanel extends Widget {
     return chartSeries(this._trans, sample);
   }
 
-  private _renderFooter(sample: ISample): void {
+  private _drawFooter(): void {
+    const sample = this._sample();
+    if (sample === null) {
+      this._footer.textContent = '';
+      return;
+    }
     this._footer.textContent = this._trans.__(
       'Sample %1 · every %2 · cost %3',
       sample.seq,
@@ -493,11 +560,6 @@ export class KerasMagicPanel extends Widget {
   private _keras: KerasSection;
   private _jobs: JobsSection;
   private _footer: HTMLElement;
-  private _restarts = new RestartMemory(
-    typeof window !== 'undefined' ? window.localStorage : null
-  );
-  /** What `_restarts` was last told, so that a sample does not write it again. */
-  private _rememberedRestart = '';
   private _showRunCallback?: (run: ICellRunLike) => Promise<boolean>;
   private _saveAutoload?: (path: string, on: boolean) => void;
   private _resize: ResizeObserver;

@@ -11,9 +11,10 @@ import {
   SeriesHistory,
   upsertCellRun
 } from './history';
-import { recordSample } from './series';
+import { recordFacts, recordSample } from './series';
 import {
   ICellRunData,
+  ICellRunMessage,
   IEvent,
   IFacts,
   IHello,
@@ -195,4 +196,54 @@ export function kernelNow(record: IKernelRecord | null | undefined): number {
     return record.lastSampleTs + (Date.now() - record.lastSampleAt) / 1000;
   }
   return Date.now() / 1000;
+}
+
+/** The parts of a record, each with its own change notice (store.ts). */
+export type RecordPart = 'hello' | 'samples' | 'facts' | 'runs' | 'clear';
+export const RECORD_PARTS: RecordPart[] = [
+  'hello',
+  'samples',
+  'facts',
+  'runs',
+  'clear'
+];
+
+/** The messages a record takes. */
+export type RecordMessage =
+  ISample | IFacts | IEvent | ICellRunMessage | IHistory;
+
+/**
+ * Write `message` into `record`; the parts it changed, none where it changed nothing (an
+ * overtaken sample). `intervalS` as for `addSample`.
+ *
+ * Example: a `cell_run` message → `['runs']`, the run in `record.cellRuns`.
+ */
+export function applyToRecord(
+  record: IKernelRecord,
+  message: RecordMessage,
+  intervalS: number
+): RecordPart[] {
+  switch (message.method) {
+    case 'sample':
+      if (!addSample(record, message, intervalS)) {
+        return [];
+      }
+      record.latestSample = message; // an overtaken one must not turn the headlines back
+      return ['samples'];
+    case 'facts':
+      record.latestFacts = message;
+      recordFacts(record.history, message);
+      return ['facts'];
+    case 'event':
+      // A mark on the timeline, and the Clear section's "Last event".
+      record.lastEvent = message;
+      addMark(record.marks, { kind: message.kind, ts: message.ts });
+      return ['runs', 'clear'];
+    case 'cell_run':
+      upsertCellRun(record.cellRuns, cellRunOf(message.run));
+      return ['runs'];
+    case 'history':
+      replayHistory(record, message, intervalS);
+      return ['samples', 'runs'];
+  }
 }

@@ -1,17 +1,27 @@
 /**
  * The sidebar's one home for what it knows of each kernel: its record (history, cell runs,
- * marks, last hello, sample and facts), its isolated jobs, its leak watch, and the death of its
- * previous process. Kept per kernel id for the last few kernels, so that switching notebooks
- * shows each kernel's own past at once and never one kernel's figures under another's pid.
- * The transport (connection.ts) writes here; each part says when it changed on its own
- * signal, so a section redraws only for its part.
+ * marks, last hello, sample and facts), its isolated jobs, its leak watch, the death of its
+ * previous process and its restart (kept in this browser's storage for a page reload). Kept per
+ * kernel id for the last few kernels, so that switching notebooks shows each kernel's own past
+ * at once and never one kernel's figures under another's pid. connection.ts writes here the
+ * transport's messages; each part says when it changed on its own signal, so a section redraws
+ * only for its part.
  */
 
 import { ISignal, Signal } from '@lumino/signaling';
 
+import { addMark } from './history';
 import { JobTable } from './jobs';
 import { ICellGrowth, IsolatedMessage } from './protocol';
-import { IKernelRecord } from './record';
+import {
+  applyToRecord,
+  IClearReport,
+  IKernelRecord,
+  RECORD_PARTS,
+  RecordMessage,
+  RecordPart
+} from './record';
+import { RestartMemory } from './restarts';
 
 export type { IClearReport, IHostMemory, IKernelRecord } from './record';
 
@@ -43,8 +53,9 @@ export interface IKernelEntry {
   dismissedUntil: number | null;
 }
 
-/** The parts of an entry, each with its own change notice. */
-export type StorePart = 'record' | 'jobs' | 'cellGrowth' | 'death';
+/** The parts of an entry, each with its own change notice: the record's, and the others. */
+export type StorePart = RecordPart | 'jobs' | 'cellGrowth' | 'death';
+export type { RecordPart } from './record';
 
 /** A change notice: which kernel, which part. */
 export interface IStoreChange {
@@ -56,16 +67,33 @@ export interface IStoreChange {
  * The per-kernel store.
  *
  * Example: `store.setCellGrowth('k1', message)` emits `{kernelId: 'k1', part: 'cellGrowth'}`
- * on `changed`; `store.entry('k1').cellGrowth` is `message` until `k1`'s process restarts
- * (`store.setRecord('k1', record, {restarted: true})`), whoever is looked at in between.
+ * on `changed` and `'k1'` on `partChanged('cellGrowth')`; `store.entry('k1').cellGrowth` is
+ * `message` until `k1`'s process restarts (`store.setRecord('k1', record, {restarted:
+ * true})`), whoever is looked at in between.
  */
 export class KernelStore {
-  /** @param maxKernels the kernels kept (the least recently used go first). */
-  constructor(readonly maxKernels = 8) {}
+  /**
+   * @param maxKernels the kernels kept (the least recently used go first).
+   * @param restarts where restarts are kept for a page reload (null: nowhere).
+   */
+  constructor(
+    readonly maxKernels = 8,
+    private readonly _restarts: RestartMemory | null = null
+  ) {}
 
   /** Every change, with its kernel and part. */
   get changed(): ISignal<this, IStoreChange> {
     return this._changed;
+  }
+
+  /** The changes of one part: the kernel id whose `part` changed. */
+  partChanged(part: StorePart): ISignal<this, string> {
+    let signal = this._parts.get(part);
+    if (!signal) {
+      signal = new Signal<this, string>(this);
+      this._parts.set(part, signal);
+    }
+    return signal;
   }
 
   /** The kernel ids held, least recently used first. */
@@ -121,7 +149,7 @@ export class KernelStore {
   ): void {
     const entry = this.entry(kernelId);
     entry.record = record;
-    this._emit(kernelId, 'record');
+    RECORD_PARTS.forEach(part => this._emit(kernelId, part));
     if (options.restarted) {
       entry.jobs.clear();
       entry.cellGrowth = null;
@@ -130,9 +158,62 @@ export class KernelStore {
     }
   }
 
-  /** Tell the listeners that `kernelId`'s record changed in place (a sample, a run, a mark). */
-  recordChanged(kernelId: string): void {
-    this._emit(kernelId, 'record');
+  /** Tell the listeners that `part` of `kernelId`'s record changed in place. */
+  recordChanged(kernelId: string, part: RecordPart): void {
+    this._emit(kernelId, part);
+  }
+
+  /** Write a kernel's message into `record` (`kernelId`'s current one, or its dead one). */
+  applyToRecord(
+    kernelId: string,
+    record: IKernelRecord,
+    message: RecordMessage,
+    intervalS: number
+  ): void {
+    applyToRecord(record, message, intervalS).forEach(part =>
+      this._emit(kernelId, part)
+    );
+  }
+
+  /** `record`'s last Clear session, as the panel shows it. */
+  setClearReport(
+    kernelId: string,
+    record: IKernelRecord,
+    report: IClearReport
+  ): void {
+    record.clearReport = report;
+    this._emit(kernelId, 'clear');
+  }
+
+  /**
+   * At the kernel's hello, with its pid in the record: a restart this page saw is kept for a
+   * reload of the notebook at `path` (this browser's storage, restarts.ts); where the page saw
+   * none, one a page before a reload saw is taken back, with its mark (issue 19, defect 8).
+   */
+  noteHello(kernelId: string, path: string): void {
+    const record = this.peek(kernelId)?.record;
+    if (!record || record.pid === null || !path || !this._restarts) {
+      return;
+    }
+    const pid = record.pid;
+    if (record.restartedAt !== null) {
+      const mark = record.marks.find(m => m.kind === 'restart');
+      if (mark) {
+        this._restarts.remember(path, {
+          pid,
+          ts: mark.ts,
+          at: record.restartedAt
+        });
+      }
+      return;
+    }
+    const recalled = this._restarts.recall(path, pid);
+    if (recalled) {
+      record.restartedAt = recalled.at;
+      addMark(record.marks, { kind: 'restart', ts: recalled.ts });
+      this._emit(kernelId, 'hello');
+      this._emit(kernelId, 'runs');
+    }
   }
 
   /** Fold an `isolated_*` message into `kernelId`'s jobs. */
@@ -179,8 +260,10 @@ export class KernelStore {
 
   private _emit(kernelId: string, part: StorePart): void {
     this._changed.emit({ kernelId, part });
+    this._parts.get(part)?.emit(kernelId);
   }
 
   private _entries = new Map<string, IKernelEntry>();
+  private _parts = new Map<StorePart, Signal<this, string>>();
   private _changed = new Signal<this, IStoreChange>(this);
 }

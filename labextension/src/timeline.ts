@@ -218,13 +218,15 @@ export class Timeline {
 
   private _x(ts: number): number {
     const [from, to] = this._range();
-    return ((ts - from) / (to - from)) * this._width;
+    const plot = this._width - this._left;
+    return this._left + ((ts - from) / (to - from || 1)) * plot;
   }
 
   private _tsAt(clientX: number): number {
     const [from, to] = this._range();
-    const left = this._svg.getBoundingClientRect().left;
-    const ratio = Math.min(1, Math.max(0, (clientX - left) / this._width));
+    const plotLeft = this._svg.getBoundingClientRect().left + this._left;
+    const plot = this._width - this._left;
+    const ratio = Math.min(1, Math.max(0, (clientX - plotLeft) / plot));
     return from + ratio * (to - from);
   }
 
@@ -282,11 +284,22 @@ export class Timeline {
     const drawn = visible.filter(s => s.points.some(p => p.value !== null));
     const bytes = drawn.filter(s => s.spec.unit === 'bytes');
     const pct = drawn.filter(s => s.spec.unit === 'pct');
-    const scale = chartScale(from, to, this._width, g, bytes, pct);
     const trans = this._trans;
-    this._spans = layoutSpans(data.runs, from, to, scale.width, g.charPx, run =>
-      spanTexts(trans, run)
-    );
+    const scale = chartScale(from, to, this._width, g, bytes, pct, trans);
+    this._left = scale.left;
+    // Laid out on the plot's width, right of the axis labels' gutter.
+    this._spans = layoutSpans(
+      data.runs,
+      from,
+      to,
+      scale.width - scale.left,
+      g.charPx,
+      run => spanTexts(trans, run)
+    ).map(box => ({
+      ...box,
+      x: box.x + scale.left,
+      labelX: box.labelX + scale.left
+    }));
     drawSpans(root, this._spans, scale, run => runText(trans, run, data.now));
     drawGrid(root, scale);
     drawSeries(root, bytes, pct, scale);
@@ -503,6 +516,8 @@ export class Timeline {
   private _visible: { spec: ISeriesSpec; points: IPoint[] }[] = [];
   private _spans: ISpanBox[] = [];
   private _width = 0;
+  /** The axis labels' gutter of the last drawing (timelinelayers.ts `chartScale`). */
+  private _left = 0;
   private _geometry: IChartGeometry = NORMAL_GEOMETRY;
   private _resize: ResizeObserver;
 }

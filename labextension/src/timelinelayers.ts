@@ -36,6 +36,8 @@ export interface IChartScale {
   from: number;
   to: number;
   width: number;
+  /** The axis labels' gutter on the left: the lines start right of it (issue 31, item 5). */
+  left: number;
   height: number;
   g: IChartGeometry;
   /** Kernel-clock seconds to pixels. */
@@ -62,25 +64,49 @@ function maxOf(list: IVisibleSeries[]): number {
   return max;
 }
 
-/** The scale for the window `[from, to]`, `width` pixels wide, fitting the drawn series. */
+/** The byte ticks' labels (the zero tick has none) and the CPU strip's two lines. */
+function axisTexts(
+  ticks: number[],
+  cpuTop: number,
+  trans: IWording
+): { ticks: string[]; cpu: [string, string] } {
+  return {
+    ticks: ticks.slice(1).map(formatTick),
+    cpu: [trans.__('CPU'), formatPct(cpuTop)]
+  };
+}
+
+/**
+ * The scale for the window `[from, to]`, `width` pixels wide, fitting the drawn series; the
+ * lines start right of a gutter as wide as the longest axis label, so that no line runs
+ * through a label (a label that reads "512 MiB" with the RSS line across it reads nothing).
+ */
 export function chartScale(
   from: number,
   to: number,
   width: number,
   g: IChartGeometry,
   bytes: IVisibleSeries[],
-  pct: IVisibleSeries[]
+  pct: IVisibleSeries[],
+  trans: IWording
 ): IChartScale {
   const { top, ticks } = byteTicks(maxOf(bytes));
   const cpuTop = pctTop(maxOf(pct));
   const stripTop = g.band + g.plot + g.gap;
+  const texts = axisTexts(ticks, cpuTop, trans);
+  const longest = Math.max(
+    ...[...texts.ticks, ...texts.cpu].map(t => t.length)
+  );
+  // Never more than a third of a narrow chart.
+  const left = Math.min(Math.ceil(longest * g.charPx) + 4, width / 3);
   return {
     from,
     to,
     width,
+    left,
     height: chartHeight(g),
     g,
-    x: ts => ((ts - from) / (to - from)) * width,
+    x: ts => left + ((ts - from) / (to - from || 1)) * (width - left),
     yBytes: v => g.band + g.plot - (v / top) * g.plot,
     yPct: v => stripTop + g.strip - (v / cpuTop) * g.strip,
     stripTop,
@@ -275,27 +301,28 @@ export function drawMarks(
   }
 }
 
-/** The byte ticks' and the CPU strip's labels, and the time axis' two ends. */
+/**
+ * The byte ticks' and the CPU strip's labels in the gutter, and the time axis' two ends.
+ * A tick's label sits just below its line, the strip's name and top on two lines.
+ */
 export function drawAxisLabels(
   root: SVGElement,
   scale: IChartScale,
   trans: IWording
 ): void {
-  const { g, yBytes, width, height } = scale;
+  const { g, yBytes, width, height, left } = scale;
   const labels = svg('g', { class: 'jp-KerasMagic-axisLabels' }, root);
   const label = (text: string, lx: number, ly: number, anchor = 'start') => {
     svg('text', { x: lx, y: ly, 'text-anchor': anchor }, labels).textContent =
       text;
   };
+  const texts = axisTexts(scale.ticks, scale.cpuTop, trans);
   scale.ticks
     .slice(1)
-    .forEach(tick => label(formatTick(tick), 2, yBytes(tick) + g.fontPx));
-  label(
-    trans.__('CPU %1', formatPct(scale.cpuTop)),
-    2,
-    scale.stripTop + g.fontPx - 1
-  );
-  label('−' + formatSpan(scale.to - scale.from), 0, height - 2);
+    .forEach((tick, i) => label(texts.ticks[i], 0, yBytes(tick) + g.fontPx));
+  label(texts.cpu[0], 0, scale.stripTop + g.fontPx - 1);
+  label(texts.cpu[1], 0, scale.stripTop + 2 * g.fontPx);
+  label('−' + formatSpan(scale.to - scale.from), left, height - 2);
   label(trans.__('now'), width, height - 2, 'end');
 }
 

@@ -156,8 +156,10 @@ export class CommTransport {
       this._session.kernelChanged.disconnect(this._onKernelChanged, this);
       this._session.statusChanged.disconnect(this._onStatus, this);
     }
-    this._detach();
+    // The new session first: every state said from here on is the new kernel's, so the panel
+    // never draws the last kernel's view under the new notebook (issue 31, item 5).
     this._session = session;
+    this._detach();
     if (session) {
       session.kernelChanged.connect(this._onKernelChanged, this);
       session.statusChanged.connect(this._onStatus, this);
@@ -168,6 +170,8 @@ export class CommTransport {
       });
     }
     this._attach();
+    // Another kernel is followed even where the state's kind stayed (`connecting`).
+    this._stateChanged.emit(this._state);
   }
 
   /** The panel was shown/hidden: with nobody looking the kernel's sampler sleeps. */

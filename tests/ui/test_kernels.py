@@ -81,6 +81,11 @@ _WATCH_SWITCH = f"""() => {{
             notice: notice && notice.offsetParent !== null ? notice.textContent : '',
             kernel: panel.querySelector('.jp-KerasMagic-kernel').textContent,
             rss: panel.dataset.rssBytes ? Number(panel.dataset.rssBytes) : null,
+            // The RSS tile as drawn (issue 31, item 5: once the old kernel's for 36 ms).
+            tile: panel.querySelector('[data-headline=rss]').hidden ? ''
+                : panel.querySelector('[data-headline=rss] .jp-KerasMagic-headlineValue').textContent,
+            // The notebook the user looks at when the panel showed this.
+            path: window.jupyterapp.shell.currentWidget?.context?.path ?? '',
             state: panel.dataset.state, updating: panel.dataset.updating,
         }});
     }});
@@ -161,6 +166,13 @@ def test_two_kernels_keep_their_own_report_and_a_restart_starts_anew(lab, page, 
         assert not view["blank"], f"the panel went blank while switching: {view}"
         assert "Connecting" not in view["notice"], f"'Connecting…' while no cell runs: {view}"
         pid, rss = _pid_of(view["kernel"]), view["rss"]
+        # Issue 31, item 5: "· updating…" with the previous notebook's pid once A is shown.
+        if view["path"] == "a.ipynb" and pid is not None:
+            assert pid == a_pid_number, f"B's pid while A is the notebook shown: {view}"
+        if pid is not None and view["tile"]:
+            value, unit = view["tile"].split()
+            tile = float(value) * UNITS[unit]
+            assert (tile > b_high + 128 * 2**20) == (pid == a_pid_number), f"one kernel's pid, the other's tile: {view}"
         if pid is None or rss is None:
             continue
         if pid == a_pid_number:
@@ -179,14 +191,23 @@ def test_two_kernels_keep_their_own_report_and_a_restart_starts_anew(lab, page, 
     assert back["series"]["rss"] >= a_chart["series"]["rss"], (a_chart, back)
     page.screenshot(path=str(artifacts / "sidebar-kernels-2-back-to-a.png"))
 
-    # Restart A (same kernel id): the report and the event go, the restart is marked, and the
-    # history starts again with the new process's samples.
+    # Restart A (same kernel id) with the sidebar closed, as from the notebook's menu: the
+    # report and the event go, the restart is marked, and the history starts again with the
+    # new process's samples. The store keeps the restart for a reload (issue 31, item 5), also
+    # when no panel drew it: after a page reload the line and the mark are still there.
+    page.evaluate("() => window.jupyterapp.shell.collapseRight()")
     restarted = page.evaluate("() => Date.now() / 1000")
     page.evaluate("() => window.jupyterapp.shell.currentWidget.sessionContext.session.kernel.restart()")
-    page.wait_for_selector(f"{SIDEBAR}[data-state='not_loaded']", timeout=60_000)
     wait_kernel_ready(page)
     run_cell(page, 1)  # %load_ext kerasmagic
+    page.wait_for_function("() => (localStorage.getItem('kerasmagic:restarts') ?? '').includes('a.ipynb')",
+                           timeout=60_000)
+    page.goto(lab.lab_url("a.ipynb").replace("&reset", ""))
+    page.wait_for_function("() => !!window.jupyterapp")
+    _show(page, "a.ipynb")
+    page.evaluate("() => window.jupyterapp.shell.activateById('kerasmagic-sidebar')")
     page.wait_for_selector(f"{SIDEBAR}[data-state='connected'][data-sample-seq]", timeout=60_000)
+    page.wait_for_selector(f"{SIDEBAR} .jp-KerasMagic-mark[data-kind='restart']", timeout=30_000)
     assert _text(page, ".jp-KerasMagic-report") == "", "the old kernel's report survives the restart"
     assert _text(page, ".jp-KerasMagic-event") == "", "the old kernel's event survives the restart"
     note = _text(page, ".jp-KerasMagic-restarted")

@@ -33,6 +33,11 @@ def test_sidebar_live_during_fit_clear_and_reload(lab, page, artifacts):
     entry = page.locator(".lm-CommandPalette-item", has_text="Show the Keras memory sidebar")
     entry.first.click()
     page.wait_for_selector("#kerasmagic-sidebar:not(.lm-mod-hidden)")
+    # ... with the focus in the panel, as the README says (issue 31, item 5: the palette gave
+    # it back to the notebook).
+    page.wait_for_timeout(500)
+    assert page.evaluate("() => document.querySelector('#kerasmagic-sidebar').contains(document.activeElement)"), \
+        page.evaluate("() => document.activeElement.outerHTML.slice(0, 200)")
     sidebar = page.locator("#kerasmagic-sidebar")
 
     # 1. Not loaded yet: the panel says so and shows the line to run.

@@ -19,11 +19,12 @@ describe('LiveConnection with a 1.3 kernel', () => {
   it('keeps cell runs, marks, host and CPU per kernel', async () => {
     const kernel = new FakeKernel('k1');
     const { connection } = await attached(kernel);
-    let changes = 0;
-    connection.changed.connect(() => changes++);
+    const parts: string[] = [];
+    connection.store.changed.connect((_, change) => parts.push(change.part));
 
     kernel.comm.receive(data('history.json'));
-    expect(changes).toBe(1);
+    // A replay is samples and runs: the sections that draw neither stay as they are.
+    expect(parts).toEqual(['samples', 'runs']);
     expect(connection.cellRuns.map(r => [r.executionCount, r.status])).toEqual([
       [11, 'ok'],
       [12, 'running']
@@ -54,7 +55,14 @@ describe('LiveConnection with a 1.3 kernel', () => {
 
     kernel.comm.receive(data('event_clear_tf.json'));
     expect(connection.marks.map(m => m.kind)).toEqual(['clear_tf', 'clear_tf']);
-    expect(changes).toBe(4);
+    expect(parts).toEqual([
+      'samples',
+      'runs',
+      'runs', // cell_run
+      'samples', // sample
+      'runs', // event: a mark,
+      'clear' // and the Clear section's "Last event"
+    ]);
 
     // The same history again (switched away and back): nothing doubles.
     kernel.comm.receive(data('history.json'));
@@ -64,7 +72,9 @@ describe('LiveConnection with a 1.3 kernel', () => {
     expect(connection.marks).toHaveLength(2);
     connection.dispose();
   });
+});
 
+describe('LiveConnection with a 1.3 kernel', () => {
   it('keeps each series in time order when a live sample is overtaken', async () => {
     const kernel = new FakeKernel('k1');
     const { connection } = await attached(kernel);
@@ -117,7 +127,9 @@ describe('LiveConnection with a 1.3 kernel', () => {
     expect(gapsIn(connection.history.points(SERIES.rss))).toHaveLength(1);
     connection.dispose();
   });
+});
 
+describe('LiveConnection with a 1.3 kernel', () => {
   it("shows a kernel's last view at once when the user comes back to it", async () => {
     const first = new FakeKernel('k1');
     const { connection, session } = await attached(first);
@@ -143,6 +155,31 @@ describe('LiveConnection with a 1.3 kernel', () => {
     connection.dispose();
   });
 
+  it("says every switch, and never with the last kernel's pid or figures", async () => {
+    const first = new FakeKernel('k1');
+    const { connection, session } = await attached(first);
+    first.comm.receive(data('sample_cpu_host.json'));
+    // What the panel would draw at each state change: whose view, which pid, which sample.
+    const frames: Array<[string, number | null, number | null]> = [];
+    connection.stateChanged.connect(() =>
+      frames.push([
+        connection.kernelId,
+        connection.lastView?.pid ?? null,
+        connection.latestSample?.seq ?? null
+      ])
+    );
+    connection.setSessionContext(new FakeSession(new FakeKernel('k2')) as any);
+    expect(frames.length).toBeGreaterThan(0);
+    frames.forEach(frame => expect(frame).toEqual(['k2', null, null]));
+    // Back to k1 while the state stays `connecting`: said all the same, with k1's own view.
+    frames.length = 0;
+    connection.setSessionContext(session as any);
+    expect(frames.slice(-1)).toEqual([['k1', 4242, expect.any(Number)]]);
+    connection.dispose();
+  });
+});
+
+describe('LiveConnection with a 1.3 kernel', () => {
   it('never mixes two kernels and marks a restart on a new timeline', async () => {
     const first = new FakeKernel('k1');
     const { connection, session } = await attached(first);
@@ -259,16 +296,16 @@ describe('LiveConnection and `%load_ext kerasmagic` run as the panel opens', () 
   });
 });
 
-describe('LiveConnection and a kernel that dies', () => {
-  const setStatus = (
-    kernel: FakeKernel,
-    session: FakeSession,
-    status: string
-  ) => {
-    kernel.status = status;
-    session.statusChanged.emit(status);
-  };
+const setStatus = (
+  kernel: FakeKernel,
+  session: FakeSession,
+  status: string
+) => {
+  kernel.status = status;
+  session.statusChanged.emit(status);
+};
 
+describe('LiveConnection and a kernel that dies', () => {
   it("keeps the dead kernel's timeline, marks the death, and never calls it a restart", async () => {
     const kernel = new FakeKernel('k1');
     const { connection, session } = await attached(kernel);
@@ -309,7 +346,9 @@ describe('LiveConnection and a kernel that dies', () => {
     expect(connection.death).toBeNull();
     connection.dispose();
   });
+});
 
+describe('LiveConnection and a kernel that dies', () => {
   it('names the cell this page sent when the kernel died before announcing it', async () => {
     const kernel = new FakeKernel('k1');
     const { connection, session } = await attached(kernel);
@@ -384,7 +423,9 @@ describe('LiveConnection and a kernel that dies', () => {
     expect(second.connection.death!.executionCount).toBe(3);
     second.connection.dispose();
   });
+});
 
+describe('LiveConnection and a kernel that dies', () => {
   it('tells a death it did not see, from the next kernel alone (a page reloaded since)', async () => {
     const kernel = new FakeKernel('k1');
     const { connection } = await attached(kernel);

@@ -152,7 +152,9 @@ describe('JAX rows', () => {
         .map(p => p.text)
     ).toEqual(['XLA_PYTHON_CLIENT_ALLOCATOR=platform', ISOLATE]);
   });
+});
 
+describe('JAX rows', () => {
   it('grown, with the platform allocator set after JAX started: say so', () => {
     const data = withStory(
       'sample_jax_grown_pool',

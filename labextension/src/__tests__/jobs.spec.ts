@@ -171,7 +171,9 @@ describe('JobTable', () => {
       other: 0
     });
   });
+});
 
+describe('JobTable', () => {
   it('keeps the snapshot order and replaces what it had', () => {
     const table = new JobTable();
     table.apply(started({ job_id: 'old-kernel-job' }), 0);

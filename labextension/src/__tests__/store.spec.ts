@@ -6,6 +6,7 @@ import { readFixture } from './fixtures';
 
 import { SeriesHistory } from '../history';
 import { ICellGrowth, IIsolatedJobs, IsolatedMessage } from '../protocol';
+import { RestartMemory } from '../restarts';
 import { IKernelRecord, IStoreChange, KernelStore } from '../store';
 
 function record(pid: number): IKernelRecord {
@@ -57,10 +58,14 @@ describe('KernelStore', () => {
     // A sample of a job this store never saw start changes nothing.
     const stray: IsolatedMessage = readFixture('isolated_sample').data;
     store.applyJobs('k3', stray, 0);
+    // A new record is every part of a record at once.
     expect(seen).toEqual([
       { kernelId: 'k1', part: 'jobs' },
       { kernelId: 'k2', part: 'cellGrowth' },
-      { kernelId: 'k1', part: 'record' }
+      ...['hello', 'samples', 'facts', 'runs', 'clear'].map(part => ({
+        kernelId: 'k1',
+        part
+      }))
     ]);
   });
 
@@ -85,7 +90,9 @@ describe('KernelStore', () => {
     expect(store.peek('b')).toBeUndefined();
     expect(store.records()).toHaveLength(3);
   });
+});
 
+describe('KernelStore', () => {
   it('keeps a dismissed death dismissed, and tells a later one', () => {
     const store = new KernelStore();
     const seen = listen(store);
@@ -106,5 +113,53 @@ describe('KernelStore', () => {
     store.setDeath('k1', { ...told, diedTs: 200 });
     expect(store.entry('k1').death?.text).toBe('OOM');
     expect(seen.map(c => c.part)).toEqual(['death', 'death', 'death']);
+  });
+
+  it('tells each part on its own signal, with the kernel', () => {
+    const store = new KernelStore();
+    const jobsOf: string[] = [];
+    const samplesOf: string[] = [];
+    store.partChanged('jobs').connect((_, id) => jobsOf.push(id));
+    store.partChanged('samples').connect((_, id) => samplesOf.push(id));
+    const k1 = record(1);
+    store.setRecord('k1', k1);
+    store.applyToRecord('k1', k1, readFixture('sample_cpu_host').data, 1);
+    store.applyToRecord('k1', k1, readFixture('cell_run_ended').data, 1);
+    store.applyJobs('k2', jobs(), 0);
+    expect(samplesOf).toEqual(['k1', 'k1']); // the new record, then the sample
+    expect(jobsOf).toEqual(['k2']);
+    expect(k1.latestSample?.seq).toBe(readFixture('sample_cpu_host').data.seq);
+  });
+
+  it('keeps a restart for a reload of its notebook, and only for its new pid', () => {
+    const kept: { [key: string]: string } = {};
+    const storage = {
+      getItem: (key: string) => kept[key] ?? null,
+      setItem: (key: string, value: string) => (kept[key] = value)
+    };
+    const seen = new KernelStore(8, new RestartMemory(storage));
+    const restarted = record(7);
+    restarted.restartedAt = 1763800100000;
+    restarted.marks.push({ kind: 'restart', ts: 1763800099 });
+    seen.setRecord('k1', restarted);
+    seen.noteHello('k1', 'a.ipynb');
+
+    // The page is reloaded: a new store meets the same kernel as if it had always been there.
+    const reloaded = new KernelStore(8, new RestartMemory(storage));
+    reloaded.setRecord('k1', record(7));
+    reloaded.noteHello('k1', 'a.ipynb');
+    const back = reloaded.entry('k1').record!;
+    expect(back.restartedAt).toBe(1763800100000);
+    expect(back.marks).toEqual([{ kind: 'restart', ts: 1763800099 }]);
+    // Another notebook, or a later kernel (another pid) of the same one: no restart.
+    for (const [path, pid] of [
+      ['b.ipynb', 7],
+      ['a.ipynb', 8]
+    ] as [string, number][]) {
+      const other = new KernelStore(8, new RestartMemory(storage));
+      other.setRecord('k2', record(pid));
+      other.noteHello('k2', path);
+      expect(other.entry('k2').record!.restartedAt).toBeNull();
+    }
   });
 });

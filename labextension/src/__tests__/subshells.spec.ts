@@ -5,27 +5,49 @@
 import { noop, FakeKernel, FakeSession, hello } from './fakekernel';
 import { LiveConnection } from '../connection';
 
-describe('LiveConnection and kernel subshells', () => {
-  /** A kernel whose shell is busy (kernel.info waits) but whose control channel answers. */
-  function busyKernelWithSubshells(): FakeKernel {
-    const kernel = new FakeKernel('k1');
-    kernel.status = 'busy';
-    kernel.info = new Promise(noop); // kernel_info on the shell waits behind the cell
-    kernel.answers = {
-      kernel_info_request: { supported_features: ['kernel subshells'] },
-      create_subshell_request: { status: 'ok', subshell_id: 'sub-1' }
-    };
-    return kernel;
-  }
-
-  /** Generous: the fallback below waits out the control timeout (3 s). */
-  const waitFor = async (check: () => boolean) => {
-    for (let i = 0; i < 500 && !check(); i++) {
-      await new Promise(resolve => setTimeout(resolve, 20));
-    }
-    expect(check()).toBe(true);
+/** A kernel whose shell is busy (kernel.info waits) but whose control channel answers. */
+function busyKernelWithSubshells(): FakeKernel {
+  const kernel = new FakeKernel('k1');
+  kernel.status = 'busy';
+  kernel.info = new Promise(noop); // kernel_info on the shell waits behind the cell
+  kernel.answers = {
+    kernel_info_request: { supported_features: ['kernel subshells'] },
+    create_subshell_request: { status: 'ok', subshell_id: 'sub-1' }
   };
+  return kernel;
+}
 
+/** Generous: the fallback below waits out the control timeout (3 s). */
+const waitFor = async (check: () => boolean) => {
+  for (let i = 0; i < 500 && !check(); i++) {
+    await new Promise(resolve => setTimeout(resolve, 20));
+  }
+  expect(check()).toBe(true);
+};
+
+/** ipykernel 6 during a cell: no subshells; its control channel answers kernel_info. */
+function busyIpykernel6(): FakeKernel {
+  const kernel = new FakeKernel('k6');
+  kernel.status = 'busy';
+  kernel.info = new Promise(noop); // after a reload, kernel_info on the shell waits
+  kernel.answers = {
+    kernel_info_request: {
+      implementation: 'ipython',
+      implementation_version: '8.18.1', // IPython's version, not ipykernel's
+      supported_features: []
+    }
+  };
+  return kernel;
+}
+
+const iopub = (kernel: FakeKernel, msgType: string, content: unknown) =>
+  kernel.iopubMessage.emit({
+    header: { msg_type: msgType },
+    parent_header: { msg_type: 'execute_request' },
+    content
+  });
+
+describe('LiveConnection and kernel subshells', () => {
   it('opens the comm on a subshell asked for on the control channel', async () => {
     const kernel = busyKernelWithSubshells();
     const connection = new LiveConnection({ intervalS: 1, historyMinutes: 5 });
@@ -69,7 +91,9 @@ describe('LiveConnection and kernel subshells', () => {
     ]);
     connection.dispose();
   });
+});
 
+describe('LiveConnection and kernel subshells', () => {
   it('holds its own messages while a cell runs, so the kernel never looks idle', async () => {
     const kernel = busyKernelWithSubshells();
     const connection = new LiveConnection({ intervalS: 1, historyMinutes: 5 });
@@ -132,29 +156,9 @@ describe('LiveConnection and kernel subshells', () => {
     expect(refused.control).toEqual([]);
     second.dispose();
   });
+});
 
-  /** ipykernel 6 during a cell: no subshells; its control channel answers kernel_info. */
-  function busyIpykernel6(): FakeKernel {
-    const kernel = new FakeKernel('k6');
-    kernel.status = 'busy';
-    kernel.info = new Promise(noop); // after a reload, kernel_info on the shell waits
-    kernel.answers = {
-      kernel_info_request: {
-        implementation: 'ipython',
-        implementation_version: '8.18.1', // IPython's version, not ipykernel's
-        supported_features: []
-      }
-    };
-    return kernel;
-  }
-
-  const iopub = (kernel: FakeKernel, msgType: string, content: unknown) =>
-    kernel.iopubMessage.emit({
-      header: { msg_type: msgType },
-      parent_header: { msg_type: 'execute_request' },
-      content
-    });
-
+describe('LiveConnection and kernel subshells', () => {
   it('says which cell it waits for while ipykernel 6 runs one, then goes live', async () => {
     const kernel = busyIpykernel6();
     const connection = new LiveConnection({ intervalS: 1, historyMinutes: 5 });
@@ -201,7 +205,9 @@ describe('LiveConnection and kernel subshells', () => {
     });
     connection.dispose();
   });
+});
 
+describe('LiveConnection and kernel subshells', () => {
   it('says the kernel is busy after a silent second where the page saw no cell start', async () => {
     const win = (global as any).window;
     const saved = win.setTimeout;
@@ -279,7 +285,9 @@ describe('LiveConnection and kernel subshells', () => {
       win.setTimeout = saved;
     }
   });
+});
 
+describe('LiveConnection and kernel subshells', () => {
   it('keeps the comm on the main shell where JupyterLab has no subshell API (4.0 to 4.3)', async () => {
     const kernel = busyKernelWithSubshells(); // ipykernel 7: it has subshells
     // What @jupyterlab/services before 7.4 lacks: a subshellId set there would be ignored.

@@ -19,6 +19,7 @@ import {
   runLabel,
   sliceWindow
 } from '../timeline';
+import { chartScale } from '../timelinelayers';
 
 const MIB = 1024 * 1024;
 const GIB = 1024 * MIB;
@@ -363,5 +364,50 @@ describe('classroomGeometry', () => {
     expect(classroomGeometry(0).plot).toBe(140);
     expect(classroomGeometry(NaN).plot).toBe(140);
     expect(classroomGeometry(10000).plot).toBe(560);
+  });
+});
+
+describe('chartScale', () => {
+  const trans = {
+    __: (msgid: string, ...args: any[]) =>
+      msgid.replace(/%(\d)/g, (_, i) => String(args[Number(i) - 1])),
+    _n: (msgid: string) => msgid
+  };
+  const rss = {
+    spec: {
+      key: 'rss',
+      label: trans.__('Kernel RSS'),
+      style: 'rss',
+      unit: 'bytes' as const
+    },
+    points: [
+      { ts: 0, value: 100 * MIB },
+      { ts: 60, value: 700 * MIB }
+    ]
+  };
+  const cpu = {
+    spec: {
+      key: 'cpu_pct',
+      label: trans.__('CPU'),
+      style: 'cpu',
+      unit: 'pct' as const
+    },
+    points: [{ ts: 30, value: 250 }]
+  };
+
+  it('starts the lines right of the longest axis label, never through it', () => {
+    const g = NORMAL_GEOMETRY;
+    const scale = chartScale(0, 60, 300, g, [rss], [cpu], trans);
+    // Labels "256 MiB", "512 MiB", "768 MiB" and "CPU" / "300 %": 7 characters at most.
+    expect(scale.left).toBeGreaterThanOrEqual(7 * g.charPx);
+    expect(scale.x(0)).toBe(scale.left);
+    expect(scale.x(60)).toBe(300);
+    expect(scale.cpuTop).toBe(300);
+  });
+
+  it('keeps two thirds of a narrow chart for the lines', () => {
+    const g = classroomGeometry(900);
+    const scale = chartScale(0, 60, 120, g, [rss], [cpu], trans);
+    expect(scale.left).toBeLessThanOrEqual(40);
   });
 });
