@@ -469,7 +469,9 @@ _TO_FRONTEND: dict[str, tuple[dict, dict]] = {
          "custom_gradient_entries": _number_or_unavailable, "name_counters": _counters,
          "live_models": _models},
         # Since 1.7: whether this TensorFlow's CustomGradient entries keep their graphs (null: no TF).
-        {"custom_gradients_pin_graphs": lambda v: v is None or isinstance(v, bool)},
+        {"custom_gradients_pin_graphs": lambda v: v is None or isinstance(v, bool),
+         # Later 1.7 kernels: when the cell `execution_count` ended, for "as of cell [n], <time>".
+         "cell_ended_ts": _NUM},
     ),
     "event": ({"kind": _STR, "ts": _NUM, "payload": _ANY}, {"text": _STR}),
     "clear_result": (
