@@ -539,6 +539,9 @@ export interface IOneRun {
   new_models: number;
   held_by: string[];
   imported?: string[];
+  /**
+   * Optional (1.7, later kernels): what deleting the holders would free, measured then.
+   */
   proof?: IProof;
   /**
    * Optional (1.7, later kernels): the remedy in the words `%tf_mem --cells` prints.
@@ -554,7 +557,7 @@ export interface IOneRun {
   left_alive?: number | null;
 }
 /**
- * Optional (1.7, later kernels): what deleting the holders would free, measured then.
+ * Optional (1.7, later kernels): the proof behind a remedy (kerasmagic/remedies.py `Proof.to_dict()`): the names proven to free a real share of the growth (`named`, null: none), the safe default (a plain `%clear_tf`), the growth it explains, what deleting each candidate alone would free, and whether the walk stopped at its budget.
  */
 export interface IProof {
   named: IRetained | null;
@@ -595,22 +598,9 @@ export interface IEvidence {
   };
   alone?: boolean;
   fresh_model?: boolean;
-  proof: IProof1 | null;
+  proof: IProof | null;
   registry_entries_freeable?: number | null;
   registry_entries?: number | null;
-}
-/**
- * Optional (1.7, later kernels): the proof behind a remedy (kerasmagic/remedies.py `Proof.to_dict()`): the names proven to free a real share of the growth (`named`, null: none), the safe default (a plain `%clear_tf`), the growth it explains, what deleting each candidate alone would free, and whether the walk stopped at its budget.
- */
-export interface IProof1 {
-  named: IRetained | null;
-  default: IRetained;
-  explained_bytes?: number;
-  candidates_bytes?: {
-    [k: string]: number;
-  };
-  truncated?: boolean;
-  how_measured?: string;
 }
 /**
  * Since 1.3: a cell started (ended_ts null) or ended.
