@@ -245,6 +245,10 @@ export interface IProcessTree {
   children_count: number;
   children_rss_bytes: number;
   children_pss_bytes: MaybeNumber;
+  /**
+   * Optional (1.7, later kernels): the kernel's RSS when this PSS was read, so that a PSS from before a jump in RSS can be told.
+   */
+  rss_bytes?: number;
 }
 /**
  * Since 1.7: what NVML counts for the kernel beyond every framework's pool (the CUDA context and the libraries' buffers), as `%tf_mem` estimates it (kerasmagic.probes.sample.cuda_context).
