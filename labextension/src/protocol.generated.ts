@@ -122,7 +122,7 @@ export interface ISample {
    */
   gpu_context?: IGpuContext;
   /**
-   * Since 1.7: the limit, headroom and guard (the panel's rows for it are to come).
+   * Since 1.7: the limit, headroom and guard (the sidebar's limit rows).
    */
   memory_limit?: IMemoryLimit | IUnavailable;
 }
@@ -275,7 +275,7 @@ export interface IMemoryLimit {
   headroom_bytes: number;
   used_pct: number;
   /**
-   * `user`, `env`, `cgroup` or `host`.
+   * `user`, `environment`, `cgroup` or `host`.
    */
   source: string;
   where?: string;

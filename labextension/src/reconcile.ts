@@ -71,7 +71,10 @@ export function rssReconciliation(
  * the process: within its reading period (plus a sample's slack), and RSS has not jumped
  * since it was read (a later kernel says its RSS then).
  */
-export function staleSeconds(sample: ISample, tree: IProcessTree): number | null {
+export function staleSeconds(
+  sample: ISample,
+  tree: IProcessTree
+): number | null {
   const age = sample.ts - tree.ts;
   const slack = sample.interval_s ?? 1;
   if (age > TREE_PERIOD_S + slack) {

@@ -177,7 +177,7 @@ describe('the one-run rule', () => {
     );
   });
 
-  it('says one model in the singular, and a re-run\'s model as one more than before', () => {
+  it("says one model in the singular, and a re-run's model as one more than before", () => {
     const rerun = cell({
       flagged: false,
       one_run: {
@@ -219,7 +219,7 @@ describe("a row's fix and its evidence", () => {
   const EVIDENCE = fixture('cell_growth_evidence.json') as ICellGrowth;
   const flagged = EVIDENCE.cells[0];
 
-  it('takes the fix in the kernel\'s words, as `%tf_mem --cells` prints it', () => {
+  it("takes the fix in the kernel's words, as `%tf_mem --cells` prints it", () => {
     expect(validate(EVIDENCE, 'to_frontend').ok).toBe(true);
     expect(kernelFixText(flagged)).toBe(flagged.fix_text);
     expect(kernelFixText(cell({ fix_text: null }))).toBe('');
@@ -270,8 +270,12 @@ describe("a row's fix and its evidence", () => {
       'a plain `%clear_tf` frees 106 MiB: History (106 MiB) held by Out[5]; a; b and 2 more.'
     ]);
     expect(
-      evidenceText({ ...proof, truncated: true }, 'cell [4]', '10:00:00', trans)!
-        .lines[0]
+      evidenceText(
+        { ...proof, truncated: true },
+        'cell [4]',
+        '10:00:00',
+        trans
+      )!.lines[0]
     ).toContain('stopped at its budget');
   });
 
