@@ -74,7 +74,7 @@ describe('limitView', () => {
   });
 
   it('has nothing to say for an older kernel or an unreadable limit', () => {
-    const { memory_limit: _, ...older } = SAMPLE;
+    const older = { ...SAMPLE, memory_limit: undefined };
     expect(limitView(older as ISample, trans)).toBeNull();
     const unreadable = {
       ...SAMPLE,
