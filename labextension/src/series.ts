@@ -159,10 +159,12 @@ export const SERIES_TABLE: SeriesRow[] = [
     chart: { label: t => t.__('CPU'), style: 'cpu', unit: 'pct' }
   },
   {
+    // Counted in every sample (later 1.7 kernels), so a search loop's growth inside one cell shows;
+    // `facts` carries the count after each cell for the TensorFlow section's line.
     key: SERIES.customGradients,
-    source: 'facts',
-    derive: f =>
-      isNumber(f.custom_gradient_entries) ? f.custom_gradient_entries : null
+    source: 'sample',
+    derive: s =>
+      isNumber(s.custom_gradient_entries) ? s.custom_gradient_entries : null
   },
   {
     key: SERIES.liveModels,
