@@ -15,7 +15,7 @@ import {
   isUnavailable,
   MaybeNumber
 } from './protocol';
-import { ISeriesSpec } from './timeline';
+import { ISeriesSpec, SeriesUnit } from './chartgeometry';
 
 /** Series names the panel draws; bytes unless the name says otherwise. */
 export const SERIES = {
@@ -76,7 +76,7 @@ export interface ISeriesLook {
   label: (trans: IWording, sample: ISample | null) => string;
   /** Its stroke style: `jp-KerasMagic-series-<style>`. */
   style: string;
-  unit: 'bytes' | 'pct';
+  unit: SeriesUnit;
 }
 
 /** One row: a series recorded from `sample` messages or from `facts` messages. */
@@ -164,7 +164,14 @@ export const SERIES_TABLE: SeriesRow[] = [
     key: SERIES.customGradients,
     source: 'sample',
     derive: s =>
-      isNumber(s.custom_gradient_entries) ? s.custom_gradient_entries : null
+      isNumber(s.custom_gradient_entries) ? s.custom_gradient_entries : null,
+    // Lesson 6's second story: +2 per trial with clear_session() up to TF 2.21 (each pins a
+    // graph), flat after each clean; drawn on a count scale of its own.
+    chart: {
+      label: t => t.__('CustomGradient entries'),
+      style: 'entries',
+      unit: 'count'
+    }
   },
   {
     key: SERIES.liveModels,
