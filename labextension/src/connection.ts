@@ -1072,23 +1072,9 @@ export class LiveConnection implements IDisposable {
       case 'history':
         this._replay(message);
         break;
-      case 'postmortem': {
-        const seen = this._entry().death;
-        if (seen) {
-          seen.text = message.text;
-          seen.executionCount ??= message.execution_count;
-          this._store.setDeath(this._kernelId(), seen);
-        } else {
-          const death: IDeath = {
-            diedTs: message.died_ts,
-            executionCount: message.execution_count,
-            text: message.text,
-            record: null
-          };
-          this._store.setDeath(this._kernelId(), death);
-        }
+      case 'postmortem':
+        this._store.tellDeath(this._kernelId(), message);
         break;
-      }
       case 'isolated_started':
       case 'isolated_sample':
       case 'isolated_done':

@@ -287,6 +287,7 @@ def test_another_process_oom_killed_in_the_cgroup_is_not_the_kernels_death(memor
                               "'b = b\"x\" * (2 * 2**30)'"], timeout=120)
         assert hog.returncode == -signal.SIGKILL and _oom_kills(memory_cgroup) == 1, hog
         time.sleep(1)
+        killed_ts = time.time()
         os.kill(_kernel_pid(first), signal.SIGKILL)
         process = first.manager.provisioner.process
         deadline = time.monotonic() + 60
@@ -301,6 +302,13 @@ def test_another_process_oom_killed_in_the_cgroup_is_not_the_kernels_death(memor
         assert "The previous kernel of this notebook died at" in said and "between cells" in said, said
         assert "out-of-memory killer" in said and "killed by the out-of-memory killer" not in said, said
         assert "killed with SIGKILL, not by the out-of-memory killer" in said or "not killed by the" in said, said
+        # Issue 33, item 9: the sidebar's banner tells the time the sentence tells, the watcher's time
+        # of the death (it sent the record's last write, seconds before, and a page that saw the
+        # death showed the moment it noticed).
+        told = second.comm_data(_open_live(second), "postmortem")
+        assert killed_ts - 0.05 <= told["died_ts"] <= killed_ts + 5, (killed_ts, told)
+        clock = time.strftime("%H:%M:%S", time.localtime(told["died_ts"]))
+        assert f"died at {clock} " in told["text"] and told["text"] in said, (clock, told, said)
     finally:
         second.shutdown()
 
