@@ -409,6 +409,21 @@ def test_an_address_that_is_no_host_name_says_so_in_one_line():
         check_reachable("foo..bar:6379", timeout=5)
 
 
+@pytest.mark.parametrize("address", ["foo..bar", "", "host:port", "127.0.0.1:99999", "http://127.0.0.1:9", "10.0.0.5"])
+def test_an_address_that_is_no_host_and_port_says_so_in_one_line(address):
+    # Issue 33: Ray's own words came back ("Invalid address format", "Unable to parse port number")
+    # with "check that this machine's Ray and Python match the cluster's"; port 99999 was tried and
+    # called refused.
+    from kerasmagic.isolation.cluster.target import check_reachable
+    from kerasmagic.isolation.errors import IsolationUsageError
+
+    with pytest.raises(IsolationUsageError) as refused:
+        check_reachable(address, timeout=5)
+    said = str(refused.value)
+    assert said.startswith(f"{address!r} is not a Ray cluster's address: give the head's GCS address as host:port")
+    assert "\n" not in said
+
+
 def _blackholed_port(hosts, keep):
     """One port on each of ``hosts`` (loopback addresses) where a connect hangs, as at an address
     that drops packets: a listener whose accept queue is full drops each new SYN. No byte

@@ -214,9 +214,17 @@ def check_reachable(address: str, timeout: float = REACH_TIMEOUT_S) -> None:
         (ConnectionRefusedError within 1 s); start one there (`ray start --head`), check the address
         (`ray status` on the head node prints it), or use on='ray-local' to try it on this machine
     """
+    if address in ("auto", "local"):
+        return  # Ray's own words: it looks them up itself, quickly
     where = _host_port(address)
-    if where is None:
-        return  # "auto", "local" and the like: Ray looks them up itself, quickly
+    if where is None or "://" in address or not 0 < where[1] < 65536:
+        # Ray's own refusals ("Invalid address format", "Unable to parse port number") came with
+        # "check that this machine's Ray and Python match the cluster's", and port 99999 was
+        # tried as a "connection refused" (issue 33: bad addresses get one clear line).
+        raise IsolationUsageError(
+            f"{address!r} is not a Ray cluster's address: give the head's GCS address as host:port (e.g. "
+            "address='10.0.0.5:6379'; `ray status` on the head node prints it), or 'auto' on a machine of the "
+            "cluster")
     deadline = time.monotonic() + timeout
     try:
         with _connect_within(*where, deadline) as connection:
