@@ -103,8 +103,17 @@ class GuardSettings:
         return {"enabled": self.enabled, "warn_pct": self.warn_pct, "stop_pct": self.stop_pct}
 
 
+_OFF_WORDS = ("off", "0", "false", "no")
+_ON_WORDS = ("", "on", "1", "true", "yes")
+
+
 def _initial_settings() -> GuardSettings:
-    return GuardSettings(enabled=os.environ.get(ENV_VAR, "").strip().lower() not in ("off", "0", "false", "no"))
+    value = os.environ.get(ENV_VAR, "")
+    if value.strip().lower() not in _OFF_WORDS + _ON_WORDS:
+        # Bad input gets one line: a typo must not switch the guard off, nor pass unsaid.
+        print(f"kerasmagic: {ENV_VAR}={value!r} is neither on nor off; the memory guard is on ({ENV_VAR}=off "
+              "starts kernels with it off)", file=sys.stderr)
+    return GuardSettings(enabled=value.strip().lower() not in _OFF_WORDS)
 
 
 _settings_lock = threading.Lock()
@@ -250,8 +259,10 @@ def _landing_words(thread_ident: int) -> str:
     if frame is None:
         return ""
     code = frame.f_code
-    return (f"; raised in {code.co_name} ({os.path.basename(code.co_filename)}, line {frame.f_lineno}): the rest of "
-            "that code did not run, a finally block there included")
+    # A stop inside a try block lets its finally run; one inside the finally block itself skips the
+    # rest of that block. Which of the two is not known from outside: the line is named.
+    return (f"; raised in {code.co_name} ({os.path.basename(code.co_filename)}, line {frame.f_lineno}): if that "
+            "line is in a finally block, the rest of that block did not run")
 
 
 def _is_import_frame(code: Any) -> bool:
