@@ -1,8 +1,10 @@
 """The memory guard: a running cell is stopped with an exception before the OOM killer ends the kernel.
 
 While kerasmagic is loaded in a kernel, a small daemon thread (:data:`THREAD_NAME`) reads the
-kernel's RSS once a second (ten times a second above :data:`FAST_PCT` of the limit) and
-compares it with :func:`kerasmagic.limits.memory_limit`. Past the warning level (85 %
+kernel's memory (its RSS, plus tmpfs the cgroup counts that is in no RSS) once a second between
+cells (ten times a second above :data:`FAST_PCT` of the limit), at least every
+:data:`CELL_INTERVAL_S` while a cell runs and faster when the growth rate says the stop level is
+near, and compares it with :func:`kerasmagic.limits.memory_limit`. Past the warning level (85 %
 by default) the running cell's output gets one line; past the stop level (95 %) the running
 cell gets a :class:`~kerasmagic.errors.KernelMemoryLimitError` (a ``MemoryError``) raised in
 the main thread through ``PyThreadState_SetAsyncExc``: the kernel and every variable survive.
@@ -23,11 +25,11 @@ What it can and cannot stop (issue 33):
   call (TensorFlow's own, a ``tf.data`` pipeline), and child processes cannot be stopped: the
   guard then only warns, and the OOM killer may still act.
 
-A false reading must never stop a cell: the guard reads RSS (``/proc/self/statm``), never the
-cgroup's usage, which counts page cache; it acts only on two consecutive readings past a level
-(the second :data:`CONFIRM_S` after the first), only while a cell runs, only when that cell
-itself grew by :data:`GROWTH_BYTES` or more (a kernel already near the limit can still run
-``del x``), and at most once per cell.
+A false reading must never stop a cell: the guard reads RSS (``/proc/self/statm``) and tmpfs,
+never the cgroup's usage, which counts page cache; it acts only on two consecutive readings past
+a level (the second :data:`CONFIRM_S` after the first), only while a cell runs, only when that
+cell itself grew by :data:`GROWTH_BYTES` or more (a kernel already near the limit can still run
+``del x``), and stops a cell again only when it grew on after a stop it caught.
 
 Each reading also goes to the kernel's post-mortem record (:mod:`kerasmagic.postmortem`).
 """
