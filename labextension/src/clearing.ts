@@ -207,7 +207,6 @@ export class ClearSection {
     this._renderSummary(summary);
   }
 
-  // eslint-disable-next-line max-lines-per-function -- too long before issue 31; split it
   private _renderSummary(summary: ICleanSummary): void {
     const trans = this._trans;
     const report = this._report;
@@ -220,6 +219,14 @@ export class ClearSection {
           : trans.__('Cleaned in %1', formatSeconds(summary.seconds))
       )
     );
+    this._renderFigures(summary);
+    this._renderItems(summary);
+    this._renderDetails(summary);
+  }
+
+  /** What changed: RSS, TF in use, GPU, models freed, graphs purged. */
+  private _renderFigures(summary: ICleanSummary): void {
+    const trans = this._trans;
     const figures = el('div', 'jp-KerasMagic-cleanFigures');
     const figure = (name: string, value: string) => {
       const node = el('span', 'jp-KerasMagic-cleanFigure');
@@ -245,7 +252,13 @@ export class ClearSection {
     if (summary.purged) {
       figure(trans.__('graphs purged'), String(summary.purged));
     }
-    report.appendChild(figures);
+    this._report.appendChild(figures);
+  }
+
+  /** What was dropped, and what is still held (one a line: they are sentences). */
+  private _renderItems(summary: ICleanSummary): void {
+    const trans = this._trans;
+    const report = this._report;
     const line = (label: string, items: string[], name: string) => {
       const node = el('div', 'jp-KerasMagic-cleanLine');
       node.dataset.part = name;
@@ -295,8 +308,11 @@ export class ClearSection {
       }
       report.appendChild(list);
     }
+  }
 
-    // The full report: every step, every dropped and held item.
+  /** The full report: every step, every dropped and held item. */
+  private _renderDetails(summary: ICleanSummary): void {
+    const trans = this._trans;
     const details = el('details', 'jp-KerasMagic-cleanDetails');
     details.appendChild(el('summary', '', trans.__('Full report')));
     const steps = el('ul', 'jp-KerasMagic-cleanSteps');
@@ -333,7 +349,7 @@ export class ClearSection {
       items.forEach(item => list.appendChild(el('li', '', item)));
       details.appendChild(list);
     }
-    report.appendChild(details);
+    this._report.appendChild(details);
   }
 
   private _trans: IWording;

@@ -50,6 +50,115 @@ function readSettings(
   };
 }
 
+/** A choice the panel keeps in the user's settings; one that cannot be saved is logged. */
+type Remember = (
+  key: string,
+  value: Parameters<ISettingRegistry.ISettings['set']>[1]
+) => void;
+
+/** The panel, its callbacks into the notebooks and the settings, placed in the right sidebar. */
+function addPanel(
+  app: JupyterFrontEnd,
+  tracker: INotebookTracker,
+  connection: LiveConnection,
+  translator: ITranslator,
+  settings: () => ISettingRegistry.ISettings | null,
+  remember: Remember
+): KerasMagicPanel {
+  const trans = translator.load('kerasmagic');
+  const activate = (id: string) => app.shell.activateById(id);
+  const panel = new KerasMagicPanel({
+    connection,
+    translator,
+    showCell: cellId => showCell(tracker, cellId, activate),
+    showRun: run => showCell(tracker, run.cellId, activate, run.executionCount),
+    saveAutoload: (path, on) => {
+      const current = (settings()?.get('autoload').composite as string[]) ?? [];
+      const next = on
+        ? [...new Set([...current, path])]
+        : current.filter(known => known !== path);
+      connection.setAutoload(next);
+      remember('autoload', next);
+    },
+    saveClassroom: on => remember('classroom', on),
+    saveWindow: minutes => remember('timeline_window', minutes)
+  });
+  panel.id = PANEL_ID;
+  panel.node.tabIndex = -1;
+  panel.title.icon = kerasMagicIcon;
+  panel.title.caption = trans.__('Keras memory (kerasmagic)');
+  app.shell.add(panel, 'right', { rank: 600 });
+  return panel;
+}
+
+/** The connection follows the active notebook's kernel. */
+function followNotebooks(
+  tracker: INotebookTracker,
+  connection: LiveConnection
+): void {
+  const follow = () =>
+    connection.setSessionContext(tracker.currentWidget?.sessionContext ?? null);
+  tracker.currentChanged.connect(follow);
+  // A notebook closed while current: follow whatever notebook is current now (or none).
+  tracker.widgetAdded.connect((_, widget) => widget.disposed.connect(follow));
+  follow();
+}
+
+/** "Show the Keras memory sidebar", in the palette. */
+function addOpenCommand(
+  app: JupyterFrontEnd,
+  panel: KerasMagicPanel,
+  translator: ITranslator,
+  palette: ICommandPalette | null
+): void {
+  const trans = translator.load('kerasmagic');
+  app.commands.addCommand('kerasmagic:open-sidebar', {
+    label: trans.__('Show the Keras memory sidebar'),
+    describedBy: { args: { type: 'object', properties: {} } },
+    execute: () => {
+      app.shell.activateById(PANEL_ID);
+      // Opened from the palette or the shortcut, the panel takes the focus (keyboard and
+      // screen-reader users land in it, not back in the notebook).
+      panel.node.focus();
+    }
+  });
+  // The docs and lesson 6 point users to the palette: without this entry they find nothing.
+  palette?.addItem({
+    command: 'kerasmagic:open-sidebar',
+    category: trans.__('Kernel')
+  });
+}
+
+/** Read the settings now and whenever they change; null where they cannot be loaded. */
+async function loadSettings(
+  settingRegistry: ISettingRegistry,
+  connection: LiveConnection,
+  panel: KerasMagicPanel
+): Promise<ISettingRegistry.ISettings | null> {
+  try {
+    const loaded = await settingRegistry.load(PLUGIN_ID);
+    const apply = () => {
+      connection.configure(readSettings(loaded));
+      panel.timelineWindow = Number(
+        loaded.get('timeline_window').composite ?? 0
+      );
+      panel.classroom = loaded.get('classroom').composite === true;
+      connection.setAutoload(
+        (loaded.get('autoload').composite as string[]) ?? []
+      );
+    };
+    apply();
+    loaded.changed.connect(apply);
+    return loaded;
+  } catch (reason) {
+    console.warn(
+      'kerasmagic: cannot load the sidebar settings, using defaults',
+      reason
+    );
+    return null;
+  }
+}
+
 const plugin: JupyterFrontEndPlugin<void> = {
   id: PLUGIN_ID,
   description:
@@ -57,7 +166,6 @@ const plugin: JupyterFrontEndPlugin<void> = {
   autoStart: true,
   requires: [INotebookTracker],
   optional: [ITranslator, ISettingRegistry, ILayoutRestorer, ICommandPalette],
-  // eslint-disable-next-line max-lines-per-function -- too long before issue 31; split it
   activate: async (
     app: JupyterFrontEnd,
     tracker: INotebookTracker,
@@ -66,96 +174,27 @@ const plugin: JupyterFrontEndPlugin<void> = {
     restorer: ILayoutRestorer | null,
     palette: ICommandPalette | null
   ) => {
-    const trans = (translator ?? nullTranslator).load('kerasmagic');
     const connection = new LiveConnection(readSettings(null));
-    const panel = new KerasMagicPanel({
-      connection,
-      translator: translator ?? nullTranslator,
-      showCell: cellId =>
-        showCell(tracker, cellId, id => app.shell.activateById(id)),
-      showRun: run =>
-        showCell(
-          tracker,
-          run.cellId,
-          id => app.shell.activateById(id),
-          run.executionCount
-        ),
-      saveAutoload: (path, on) => {
-        const current = (settings?.get('autoload').composite as string[]) ?? [];
-        const next = on
-          ? [...new Set([...current, path])]
-          : current.filter(known => known !== path);
-        connection.setAutoload(next);
-        remember('autoload', next);
-      },
-      saveClassroom: on => remember('classroom', on),
-      saveWindow: minutes => remember('timeline_window', minutes)
-    });
     let settings: ISettingRegistry.ISettings | null = null;
-    /** A choice the panel keeps in the user's settings; one that cannot be saved is logged. */
-    const remember = (
-      key: string,
-      value: Parameters<ISettingRegistry.ISettings['set']>[1]
-    ) =>
+    const remember: Remember = (key, value) =>
       void settings
         ?.set(key, value)
         .catch(reason =>
           console.warn(`kerasmagic: cannot remember ${key}`, reason)
         );
-    panel.id = PANEL_ID;
-    panel.node.tabIndex = -1;
-    panel.title.icon = kerasMagicIcon;
-    panel.title.caption = trans.__('Keras memory (kerasmagic)');
-    app.shell.add(panel, 'right', { rank: 600 });
+    const panel = addPanel(
+      app,
+      tracker,
+      connection,
+      translator ?? nullTranslator,
+      () => settings,
+      remember
+    );
     restorer?.add(panel, PANEL_ID);
-
-    const follow = () =>
-      connection.setSessionContext(
-        tracker.currentWidget?.sessionContext ?? null
-      );
-    tracker.currentChanged.connect(follow);
-    // A notebook closed while current: follow whatever notebook is current now (or none).
-    tracker.widgetAdded.connect((_, widget) => widget.disposed.connect(follow));
-    follow();
-
-    app.commands.addCommand('kerasmagic:open-sidebar', {
-      label: trans.__('Show the Keras memory sidebar'),
-      describedBy: { args: { type: 'object', properties: {} } },
-      execute: () => {
-        app.shell.activateById(PANEL_ID);
-        // Opened from the palette or the shortcut, the panel takes the focus (keyboard and
-        // screen-reader users land in it, not back in the notebook).
-        panel.node.focus();
-      }
-    });
-    // The docs and lesson 6 point users to the palette: without this entry they find nothing.
-    palette?.addItem({
-      command: 'kerasmagic:open-sidebar',
-      category: trans.__('Kernel')
-    });
-
+    followNotebooks(tracker, connection);
+    addOpenCommand(app, panel, translator ?? nullTranslator, palette);
     if (settingRegistry) {
-      try {
-        const loaded = await settingRegistry.load(PLUGIN_ID);
-        settings = loaded;
-        const apply = () => {
-          connection.configure(readSettings(loaded));
-          panel.timelineWindow = Number(
-            loaded.get('timeline_window').composite ?? 0
-          );
-          panel.classroom = loaded.get('classroom').composite === true;
-          connection.setAutoload(
-            (loaded.get('autoload').composite as string[]) ?? []
-          );
-        };
-        apply();
-        loaded.changed.connect(apply);
-      } catch (reason) {
-        console.warn(
-          'kerasmagic: cannot load the sidebar settings, using defaults',
-          reason
-        );
-      }
+      settings = await loadSettings(settingRegistry, connection, panel);
     }
   }
 };

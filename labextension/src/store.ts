@@ -9,64 +9,12 @@
 
 import { ISignal, Signal } from '@lumino/signaling';
 
-import { addMark, ICellRun, IMark, SeriesHistory } from './history';
+import { addMark } from './history';
 import { JobTable } from './jobs';
-import {
-  ICellGrowth,
-  IEvent,
-  IFacts,
-  IHello,
-  IPostmortem,
-  ISample,
-  IsolatedMessage
-} from './protocol';
+import { ICellGrowth, IPostmortem, IsolatedMessage } from './protocol';
+import { IKernelRecord } from './record';
 
-/** The host's memory, from the latest sample that had it. */
-export interface IHostMemory {
-  totalBytes: number;
-  availableBytes: number;
-}
-
-/** The last Clear session of one kernel, as the panel shows it. */
-export interface IClearReport {
-  status: 'pending' | 'ok' | 'failed';
-  /** The kernel's summary (ok, failed) or why no answer came (error). */
-  text: string;
-  /** Set when no answer came from the kernel (disconnected, not connected). */
-  error?: string;
-  /** The kernel's `CleanReport.to_dict()` (ok), for the panel's compact summary. */
-  report?: { [key: string]: unknown } | null;
-}
-
-/**
- * What the sidebar keeps per kernel, so that two notebooks never show each other's data:
- * the sparklines' history, the last Clear session report and event, and the restart.
- * A restart replaces the whole record (the kernel id stays the same).
- */
-export interface IKernelRecord {
-  history: SeriesHistory;
-  /** Cell runs, oldest first (kernel clock), at most MAX_CELL_RUNS. */
-  cellRuns: ICellRun[];
-  /** Clear session, fresh_model, restart..., oldest first (kernel clock). */
-  marks: IMark[];
-  host: IHostMemory | null;
-  /** Kernel-clock ts of the newest sample recorded, and when it arrived (ms, page clock). */
-  lastSampleTs: number | null;
-  lastSampleAt: number | null;
-  /** The interval the newest sample was taken at (the kernel's, or ours before 1.5). */
-  lastIntervalS: number | null;
-  lastEvent: IEvent | null;
-  clearReport: IClearReport | null;
-  /** The pid the kernel's hello gave; another pid under the same id is a restart. */
-  pid: number | null;
-  /** When this page saw the kernel restart (ms since the epoch), null if it did not. */
-  restartedAt: number | null;
-  /** The kernel's last hello, sample and facts: what the panel shows again at once when the
-   * user comes back to this kernel, marked "updating…" until the kernel answers. */
-  hello: IHello | null;
-  latestSample: ISample | null;
-  latestFacts: IFacts | null;
-}
+export type { IClearReport, IHostMemory, IKernelRecord } from './record';
 
 /** A kernel that died, as the sidebar tells it until the user dismisses it. */
 export interface IDeath {

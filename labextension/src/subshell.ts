@@ -287,3 +287,53 @@ export function releaseSubshellConnection(
   }
   connection.dispose();
 }
+
+/**
+ * The subshell connection one sidebar asked for its current kernel, kept across re-attaches
+ * (not loaded yet, `%load_ext` later) and given back when the sidebar lets the kernel go.
+ */
+export class SubshellSlot {
+  /**
+   * The connection the comm goes over: the kernel's subshell connection where it has one
+   * (the comm then opens and is served while a cell runs), else why there is none.
+   */
+  connectionFor(kernel: Kernel.IKernelConnection): Promise<ISubshellResult> {
+    if (this._pending === null) {
+      const asked: Promise<ISubshellResult> = openSubshellConnection(kernel)
+        .catch((reason): ISubshellResult => {
+          console.warn(
+            'kerasmagic: no kernel subshell for the live comm',
+            reason
+          );
+          return {
+            connection: null,
+            reason: 'no_answer',
+            kernelImplementation: null
+          };
+        })
+        .then(result => {
+          // No answer is no verdict: a kernel still starting (the page's first attach) drops
+          // control requests. Ask again on the next attach (after `%load_ext`, a restart).
+          if (result.reason === 'no_answer' && this._pending === asked) {
+            this._pending = null;
+          }
+          return result;
+        });
+      this._pending = asked;
+    }
+    return this._pending;
+  }
+
+  /** Give back the subshell connection (its subshell is deleted unless the kernel is gone). */
+  release(kernel: Kernel.IKernelConnection | null, kernelAlive: boolean): void {
+    const pending = this._pending;
+    this._pending = null;
+    void pending?.then(({ connection }) => {
+      if (connection) {
+        releaseSubshellConnection(connection, kernel, kernelAlive);
+      }
+    });
+  }
+
+  private _pending: Promise<ISubshellResult> | null = null;
+}

@@ -144,7 +144,7 @@ def test_every_report_says_why_and_the_remedy_instead_of_a_bare_figure(without_s
 def test_the_to_dict_and_the_sample_carry_the_reason_the_sidebar_renders(without_statistics):
     seen = without_statistics
     cpu = seen["sample_tf"]["devices"]["CPU:0"]
-    # The sidebar shows "CPU:0: <in_use_bytes' detail>" (panel.ts, _renderTf).
+    # The sidebar shows "CPU:0: <in_use_bytes' detail>" (frameworks.ts, TfSection).
     assert cpu["in_use_bytes"]["reason"] == "not_supported" and _explained(cpu["in_use_bytes"]["detail"])
     # The sentence once per device: a sample goes out every second, and history holds 900.
     assert "says why" in cpu["peak_bytes"]["detail"] and len(json.dumps(cpu)) < 1000, cpu

@@ -1,4 +1,11 @@
-import { RingBuffer, SeriesHistory } from '../history';
+import {
+  addMark,
+  ICellRun,
+  IMark,
+  RingBuffer,
+  SeriesHistory,
+  upsertCellRun
+} from '../history';
 import { recordFacts, recordSample, SERIES } from '../connection';
 import { readFixture } from './fixtures';
 
@@ -62,5 +69,51 @@ describe('SeriesHistory', () => {
     recordFacts(history, fixture('facts.json'));
     expect(newest(history, SERIES.customGradients)?.value).toBe(6);
     expect(newest(history, SERIES.liveModels)?.value).toBe(1);
+  });
+});
+
+describe('upsertCellRun', () => {
+  const run = (count: number, started: number, ended: number | null) =>
+    ({
+      executionCount: count,
+      cellId: null,
+      startedTs: started,
+      endedTs: ended,
+      status: ended === null ? 'running' : 'ok'
+    }) as ICellRun;
+
+  it('updates a known run and keeps the order by start', () => {
+    const runs: ICellRun[] = [];
+    upsertCellRun(runs, run(2, 20, null));
+    upsertCellRun(runs, run(1, 10, 11)); // replayed after a live one: goes before it
+    upsertCellRun(runs, run(2, 20, 25));
+    expect(runs.map(r => [r.executionCount, r.endedTs])).toEqual([
+      [1, 11],
+      [2, 25]
+    ]);
+    upsertCellRun(runs, run(2, 20, null)); // an older copy never un-ends a run
+    expect(runs[1].endedTs).toBe(25);
+  });
+
+  it('keeps at most 500 runs, the newest', () => {
+    const runs: ICellRun[] = [];
+    for (let i = 0; i < 520; i++) {
+      upsertCellRun(runs, run(i, i, i + 0.5));
+    }
+    expect(runs).toHaveLength(500);
+    expect(runs[0].executionCount).toBe(20);
+  });
+});
+
+describe('addMark', () => {
+  it('drops a duplicate and keeps time order', () => {
+    const marks: IMark[] = [];
+    addMark(marks, { kind: 'clear_tf', ts: 5 });
+    addMark(marks, { kind: 'restart', ts: 3 });
+    addMark(marks, { kind: 'clear_tf', ts: 5 });
+    expect(marks).toEqual([
+      { kind: 'restart', ts: 3 },
+      { kind: 'clear_tf', ts: 5 }
+    ]);
   });
 });
