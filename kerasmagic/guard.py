@@ -199,6 +199,9 @@ def raise_hint(limit: MemoryLimit) -> str:
 
     Example:
         >>> from kerasmagic.limits import MemoryLimit
+        >>> print(raise_hint(MemoryLimit(2**30, "user", "set by you", 0, {})))  # off is not "no limit"
+        raise the limit (%tf_mem --limit 2GiB; --limit off drops yours and goes back to the environment's, the
+        cgroup's or the host's)
         >>> raise_hint(MemoryLimit(2**30, "environment", "KERASMAGIC_MEMORY_LIMIT=1GiB", 0, {}))
         'raise the limit (%tf_mem --limit 2GiB overrides KERASMAGIC_MEMORY_LIMIT=1GiB)'
         >>> raise_hint(MemoryLimit(2**30, "cgroup", "cgroup v1 /k", 0, {}))

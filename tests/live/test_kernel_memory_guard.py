@@ -192,6 +192,14 @@ def test_tf_mem_reports_the_own_cgroups_limit_and_the_guard_saves_the_session(me
         limit = sample["memory_limit"]
         assert limit["limit_bytes"] == LIMIT_BYTES and limit["source"] == "cgroup", limit
         assert limit["guard"]["enabled"] and limit["guard"]["stops"] == 1, limit
+        # `%tf_mem --live` shows that sample's limit, headroom and stop as rows of their own.
+        from kerasmagic.live.widget import _ViewState
+
+        view = _ViewState(history=3)
+        view.take(sample)
+        rows = ANSI.sub("", view.values_html())
+        assert "Memory limit" in rows and "of 1.00 GiB" in rows and "Headroom" in rows, rows
+        assert "Memory guard" in rows and f"stopped cell [{cell}]" in rows, rows
         assert session.execute("print(before)").strip() == "still here"
         assert session.execute("print(isinstance(chunks, list), len(chunks) > 5)").split() == ["True", "True"]
         assert _oom_kills(memory_cgroup) == 0
