@@ -519,6 +519,10 @@ class LiveChannel:
         """Facts read now, on the main thread (Keras keeps its state per thread); kept as
         :attr:`last_facts` for comms served on another thread."""
         facts = self._read_facts()
+        # "as of cell [8]" gives the time [8] ran, not when these facts were read (issue 29, item 7).
+        ended = self.history.ended_ts(facts.get("execution_count"))
+        if ended is not None:
+            facts["cell_ended_ts"] = ended
         self.last_facts = facts
         return facts
 

@@ -83,6 +83,20 @@ class KernelHistory:
                     break
         return dict(ended)
 
+    def ended_ts(self, execution_count: int) -> float | None:
+        """When the last run of cell ``execution_count`` ended (None: not seen ending).
+
+        Example:
+            >>> history = KernelHistory()
+            >>> _ = history.run_ended(history.run_started(3, None, ts=4.0), ok=True, ts=5.0)
+            >>> history.ended_ts(3), history.ended_ts(4)
+            (5.0, None)
+        """
+        with self._lock:
+            ended = [r["ended_ts"] for r in self._runs
+                     if r["execution_count"] == execution_count and r["ended_ts"] is not None]
+        return ended[-1] if ended else None
+
     def highest_rss_between(self, start_ts: float, end_ts: float) -> int | None:
         """The highest ``rss_bytes`` of the samples taken from ``start_ts`` to ``end_ts``."""
         with self._lock:

@@ -281,7 +281,9 @@ def child_processes_memory() -> dict[str, int] | Unavailable:
 def process_tree_memory() -> dict[str, Any] | Unavailable:
     """This process's PSS, and the RSS and PSS of its descendants (the isolation template and
     its running jobs, any other child), as the sidebar reconciles its RSS with its neighbours':
-    ``{"pss_bytes", "children_count", "children_rss_bytes", "children_pss_bytes"}``.
+    ``{"pss_bytes", "children_count", "children_rss_bytes", "children_pss_bytes", "rss_bytes"}``
+    (``rss_bytes``: this process's RSS as the PSS was read, so that a reader can tell a PSS from
+    before a jump), and ``child_pids`` (the children counted, for the meter; not sent).
 
     RSS counts shared pages (libraries, a forked child's inherited pages) in full in every
     process that maps them; PSS shares them out, so PSS sums across processes and RSS does not.
@@ -296,7 +298,9 @@ def process_tree_memory() -> dict[str, Any] | Unavailable:
     if not sys.platform.startswith("linux"):
         return Unavailable("not_supported", "PSS and child processes are read from Linux's /proc")
     own = pss_uss_bytes().get("pss_bytes")
+    own_rss = rss_bytes()
     count = children_rss = children_pss = 0
+    counted: list[int] = []
     pss_missing = own is None
     for pid in descendant_pids():
         try:
@@ -308,6 +312,7 @@ def process_tree_memory() -> dict[str, Any] | Unavailable:
             continue  # it exited between the walk and now
         pss = pss_uss_bytes(pid).get("pss_bytes")
         count += 1
+        counted.append(pid)
         children_rss += rss
         if pss is None:
             pss_missing = True
@@ -319,6 +324,8 @@ def process_tree_memory() -> dict[str, Any] | Unavailable:
         "children_count": count,
         "children_rss_bytes": children_rss,
         "children_pss_bytes": missing if pss_missing and count else children_pss,
+        **({"rss_bytes": own_rss} if isinstance(own_rss, int) else {}),
+        "child_pids": counted,
     }
 
 

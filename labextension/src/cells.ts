@@ -10,11 +10,11 @@ import type { INotebookTracker, NotebookPanel } from '@jupyterlab/notebook';
 import { formatBytes, formatCount } from './format';
 import { ICellFigures, ICellGrowth, ICellSummary } from './protocol';
 import { el } from './dom';
+import { appendWithCode, evidenceText, IEvidenceWording } from './evidence';
+import { formatClock } from './timeline';
 
 /** The part of a `TranslationBundle` the wording needs (jest passes a plain one). */
-export interface IWording {
-  __(msgid: string, ...args: any[]): string;
-}
+export type IWording = IEvidenceWording;
 
 /** `cell [12]`, as the notebook numbers it (`cell [?]` without a number). */
 export function cellLabel(executionCount: number | null): string {
@@ -50,21 +50,61 @@ export function oneRunCells(message: ICellGrowth | null): ICellSummary[] {
   return (message?.cells ?? []).filter(cell => !cell.flagged && cell.one_run);
 }
 
-/** `cell [3] grew +201 MiB and left 6 live models, held by models` */
+/** The holders a sentence names, as `%tf_mem --cells` does: `a`, `b`, `c` and 2 more. */
+export function heldByText(names: string[], trans: IWording): string {
+  const shown = names
+    .slice(0, 3)
+    .map(name => `\`${name}\``)
+    .join(', ');
+  const more = names.length - 3;
+  return more > 0
+    ? trans._n('%2 and %1 more', '%2 and %1 more', more, shown)
+    : shown;
+}
+
+/** Growth within this is noise (the kernel's NOISE_BYTES, its message's `threshold_bytes`). */
+const NOISE_BYTES = 2 ** 20;
+
+/**
+ * What one run left behind, in the words `%tf_mem --cells` prints (leak_watch.one_run_sentence):
+ * `cell [3] grew +201 MiB and left 6 live models, held by \`models\``, or on a re-run
+ * `cell [7] left 1 more live model than its previous run, held by \`histories\``.
+ */
 export function oneRunSentence(cell: ICellSummary, trans: IWording): string {
   const run = cell.one_run!;
   const label = cellLabel(run.execution_count ?? cell.execution_count);
-  const grew =
-    typeof run.growth_bytes === 'number' && run.growth_bytes > 0
-      ? trans.__('grew +%1', formatBytes(run.growth_bytes))
-      : '';
-  const models =
-    run.new_models > 0 ? trans.__('left %1 live models', run.new_models) : '';
-  const what = [grew, models].filter(Boolean).join(trans.__(' and '));
-  const held = run.held_by.length
-    ? trans.__(', held by %1', run.held_by.join(', '))
-    : '';
-  return trans.__('%1 %2 in one run%3', label, what, held);
+  const parts: string[] = [];
+  if (typeof run.growth_bytes === 'number' && run.growth_bytes > NOISE_BYTES) {
+    parts.push(trans.__('grew %1', signedBytes(run.growth_bytes)));
+  }
+  const models = run.new_models;
+  if (models > 0) {
+    parts.push(
+      run.first
+        ? trans._n('left %1 live model', 'left %1 live models', models)
+        : trans._n(
+            'left %1 more live model than its previous run',
+            'left %1 more live models than its previous run',
+            models
+          )
+    );
+  }
+  const sentence = `${label} ${parts.join(trans.__(' and ')) || trans.__('ran')}`;
+  if (run.held_by.length) {
+    return trans.__('%1, held by %2', sentence, heldByText(run.held_by, trans));
+  }
+  return trans.__(
+    "%1; none of your variables holds it (TensorFlow's pool, the C heap or a framework's cache)",
+    sentence
+  );
+}
+
+/** The fix under a row in the kernel's words (`fix_text`, a one-run's `remedy_text`); '' if none. */
+export function kernelFixText(cell: ICellSummary): string {
+  if (cell.flagged) {
+    return cell.fix_text ?? '';
+  }
+  return cell.one_run?.remedy_text ?? '';
 }
 
 export function growthSentence(cell: ICellSummary, trans: IWording): string {
@@ -369,7 +409,8 @@ export class LeakWatchSection {
     item.dataset.rule = cell.flagged ? 'runs' : 'one_run';
     const cellId = cell.cell_id;
     if (cellId && this._showCell) {
-      const button = el('button', 'jp-KerasMagic-leakCell', sentence);
+      const button = el('button', 'jp-KerasMagic-leakCell');
+      appendWithCode(button, sentence);
       button.type = 'button';
       button.title = trans.__(
         'Show %1 in the notebook',
@@ -378,7 +419,9 @@ export class LeakWatchSection {
       button.addEventListener('click', () => void this._show(cellId, cell));
       item.appendChild(button);
     } else {
-      item.appendChild(el('div', 'jp-KerasMagic-leakCell', sentence));
+      const line = el('div', 'jp-KerasMagic-leakCell');
+      appendWithCode(line, sentence);
+      item.appendChild(line);
     }
     const details = detailsText(cell.per_run, trans);
     if (details) {
@@ -391,18 +434,48 @@ export class LeakWatchSection {
       source.title = cell.first_line;
       item.appendChild(source);
     }
-    const fix = fixParts(cell.fix, trans);
-    if (fix) {
+    this._appendFix(item, cell);
+    return item;
+  }
+
+  /**
+   * The fix in the kernel's words (what `%tf_mem --cells` prints, proven when it was
+   * measured), then the proof it rests on; an older kernel's bare code in this sidebar's.
+   */
+  private _appendFix(item: HTMLElement, cell: ICellSummary): void {
+    const trans = this._trans;
+    const words = kernelFixText(cell);
+    const fix = words ? null : cell.flagged ? fixParts(cell.fix, trans) : null;
+    if (words) {
+      const line = el('div', 'jp-KerasMagic-leakFix');
+      appendWithCode(line, words);
+      item.appendChild(line);
+    } else if (fix) {
       const line = el('div', 'jp-KerasMagic-leakFix');
       line.appendChild(document.createTextNode(`${fix.lead} `));
       line.appendChild(el('code', 'jp-KerasMagic-leakFixCode', fix.code));
       line.appendChild(document.createTextNode(fix.rest));
       item.appendChild(line);
-    } else if (cell.fix_text) {
-      // A fix code this sidebar does not know: the kernel's own words.
-      item.appendChild(el('div', 'jp-KerasMagic-leakFix', cell.fix_text));
     }
-    return item;
+    const proof = cell.flagged ? cell.evidence?.proof : cell.one_run?.proof;
+    const ranTs = cell.last_ts;
+    const evidence = evidenceText(
+      proof,
+      cellLabel(cell.one_run?.execution_count ?? cell.execution_count),
+      typeof ranTs === 'number' ? formatClock(ranTs) : trans.__('time unknown'),
+      trans
+    );
+    if (evidence) {
+      const box = el('div', 'jp-KerasMagic-leakEvidence');
+      box.title = evidence.title;
+      box.dataset.proven = String(!!proof?.named);
+      for (const text of evidence.lines) {
+        const line = el('div', 'jp-KerasMagic-leakEvidenceLine');
+        appendWithCode(line, text);
+        box.appendChild(line);
+      }
+      item.appendChild(box);
+    }
   }
 
   private async _show(cellId: string, cell: ICellSummary): Promise<void> {

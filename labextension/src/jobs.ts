@@ -392,3 +392,44 @@ export function jobGpu(job: IIsolatedJob, trans: IWording): IJobGpu {
   }
   return { text: trans.__('GPU peak %1', '–'), title: nvml };
 }
+
+/**
+ * Whether a job ran in the pool's warm spare (issue 32): `warm spare`, or the kernel's reason
+ * for a cold fork; '' for a kernel that does not say.
+ */
+export function spareText(job: IIsolatedJob, trans: IWording): string {
+  if (!job.spare) {
+    return '';
+  }
+  return job.spare === 'taken'
+    ? trans.__('in the warm spare')
+    : trans.__('cold fork: %1', job.spare);
+}
+
+/**
+ * The pool's warm spares as the newest job that lists them ended, one line each, with what
+ * each costs while it waits: `Warm spare pid 43121 (GPU 0), ready: RSS 304 MiB, GPU 538 MiB`.
+ */
+export function sparesLines(rows: IJobRow[], trans: IWording): string[] {
+  const spares = rows.find(row => row.job.spares)?.job.spares ?? [];
+  return spares.map(spare => {
+    const where =
+      spare.device === null || spare.device === undefined
+        ? ''
+        : trans.__(' (GPU %1)', spare.device);
+    const state =
+      spare.state === 'ready'
+        ? trans.__('ready for the next job')
+        : trans.__('warming up');
+    const costs = [
+      typeof spare.rss_bytes === 'number'
+        ? trans.__('RSS %1', formatBytes(spare.rss_bytes))
+        : '',
+      typeof spare.gpu_bytes === 'number' && spare.gpu_bytes > 0
+        ? trans.__('GPU %1', formatBytes(spare.gpu_bytes))
+        : ''
+    ].filter(Boolean);
+    const cost = costs.length ? `: ${costs.join(', ')}` : '';
+    return trans.__('Warm spare pid %1%2, %3%4', spare.pid, where, state, cost);
+  });
+}

@@ -122,9 +122,13 @@ export interface ISample {
    */
   gpu_context?: IGpuContext;
   /**
-   * Since 1.7: the limit, headroom and guard (the panel's rows for it are to come).
+   * Since 1.7: the limit, headroom and guard (the sidebar's limit rows).
    */
   memory_limit?: IMemoryLimit | IUnavailable;
+  /**
+   * Later 1.7 kernels, where TensorFlow is imported: its CustomGradient registry entries now, for the chart (facts carry the same count after each cell).
+   */
+  custom_gradient_entries?: number;
 }
 /**
  * A value a probe cannot give, and why.
@@ -245,6 +249,10 @@ export interface IProcessTree {
   children_count: number;
   children_rss_bytes: number;
   children_pss_bytes: MaybeNumber;
+  /**
+   * Optional (1.7, later kernels): the kernel's RSS when this PSS was read, so that a PSS from before a jump in RSS can be told.
+   */
+  rss_bytes?: number;
 }
 /**
  * Since 1.7: what NVML counts for the kernel beyond every framework's pool (the CUDA context and the libraries' buffers), as `%tf_mem` estimates it (kerasmagic.probes.sample.cuda_context).
@@ -271,7 +279,7 @@ export interface IMemoryLimit {
   headroom_bytes: number;
   used_pct: number;
   /**
-   * `user`, `env`, `cgroup` or `host`.
+   * `user`, `environment`, `cgroup` or `host`.
    */
   source: string;
   where?: string;
@@ -316,6 +324,10 @@ export interface IFacts {
    * Since 1.7: true where TensorFlow's CustomGradient entries keep their traced graphs and models' weights alive (before TF 2.22), false where they pin nothing (2.22 has the upstream fix), null without TensorFlow.
    */
   custom_gradients_pin_graphs?: boolean | null;
+  /**
+   * Optional (1.7, later kernels): when cell `execution_count` ended (kernel clock), so that "as of cell [8]" gives the time [8] ran, not when these facts were read (`ts`).
+   */
+  cell_ended_ts?: number;
 }
 /**
  * A Keras model still reachable.
@@ -397,6 +409,14 @@ export interface IIsolatedJob {
    * Optional (1.6): the counts of the `isolated_map` this job is an item of (its latest).
    */
   map_progress?: IMapProgress;
+  /**
+   * Optional (1.7, later kernels): `taken` where the job ran in the pool's warm spare, else why it got a cold fork.
+   */
+  spare?: string;
+  /**
+   * Optional (1.7, later kernels): the pool's warm spares as the job ended.
+   */
+  spares?: ISpare[];
 }
 /**
  * A Ray node an isolated job ran on (null: this machine).
@@ -419,6 +439,16 @@ export interface IMapProgress {
    * Estimated from the items finished so far; null before the first one finished.
    */
   eta_s: number | null;
+}
+/**
+ * Optional (1.7, later kernels): one warm spare of the isolation pool as a job ended (kerasmagic/isolation/pool.py `spare_states`): its pid, the device its jobs see (null: the CPU), `warming` or `ready`, its RSS (mostly pages shared with the template) and its GPU memory by NVML (null: none or unknown).
+ */
+export interface ISpare {
+  pid: number | null;
+  device?: string | null;
+  state: string | null;
+  rss_bytes?: number | null;
+  gpu_bytes?: number | null;
 }
 /**
  * Since 1.1: a running job's memory (at most about 2 a second per job).
@@ -474,6 +504,9 @@ export interface ICellSummary {
   growth_per_run_bytes: number | null;
   per_run: ICellFigures | null;
   last: ICellFigures;
+  /**
+   * When the cell's last run ended (kernel clock): what the leak watch's figures are as of.
+   */
   last_ts?: number;
   /**
    * A fix code (`tf1_graph`, `delete`, `run_alone`, `keep_models`, `fresh_model`, `isolate`; a newer kernel may add others), or null without a streak.
@@ -488,6 +521,10 @@ export interface ICellSummary {
    */
   fix_text?: string | null;
   held_by?: string[];
+  /**
+   * Optional (1.7, later kernels): the evidence `fix_text` was chosen from (null without a flag).
+   */
+  evidence?: IEvidence | null;
 }
 /**
  * A cell's figures: the change in RSS, TF in use, GPU (NVML), registry entries, models; each a number or null.
@@ -510,6 +547,68 @@ export interface IOneRun {
   new_models: number;
   held_by: string[];
   imported?: string[];
+  /**
+   * Optional (1.7, later kernels): what deleting the holders would free, measured then.
+   */
+  proof?: IProof;
+  /**
+   * Optional (1.7, later kernels): the remedy in the words `%tf_mem --cells` prints.
+   */
+  remedy_text?: string;
+  /**
+   * Optional (1.7, later kernels): what deleting each holder alone would free, in words.
+   */
+  measured_text?: string;
+  /**
+   * Optional (1.7, later kernels): how many of the objects the run made are still alive (null: not followed).
+   */
+  left_alive?: number | null;
+}
+/**
+ * Optional (1.7, later kernels): the proof behind a remedy (kerasmagic/remedies.py `Proof.to_dict()`): the names proven to free a real share of the growth (`named`, null: none), the safe default (a plain `%clear_tf`), the growth it explains, what deleting each candidate alone would free, and whether the walk stopped at its budget.
+ */
+export interface IProof {
+  named: IRetained | null;
+  default: IRetained;
+  explained_bytes?: number;
+  candidates_bytes?: {
+    [k: string]: number;
+  };
+  truncated?: boolean;
+  how_measured?: string;
+}
+/**
+ * Optional (1.7, later kernels): what one action frees, measured by the retained-size walk when the advice was made (kerasmagic/remedies.py `Retained.to_dict()`): `command` (`%clear_tf` and the names it deletes), bytes by where they go, the models, the objects freed (`label (size) held by ...`) and `how_measured`.
+ */
+export interface IRetained {
+  command: string;
+  names: string[];
+  retained_bytes: number;
+  host_bytes?: number;
+  tf_bytes?: number;
+  tf_pooled?: boolean;
+  rss_bytes?: number;
+  models?: number;
+  objects: string[];
+  unsized?: string[];
+  how_measured?: string;
+}
+/**
+ * Optional (1.7, later kernels): what holds a flagged cell's growth, read when it was flagged: the containers that gained items on every run, the variables holding what the runs left, the holders of the older runs' models, TensorFlow 1 graphs (with their op counts), whether the cell grew when run alone, whether it runs under `%%fresh_model`, the proof of the remedy, and the CustomGradient entries a clean frees now (of all).
+ */
+export interface IEvidence {
+  containers: string[];
+  held_by: string[];
+  models_held_by?: string[];
+  tf1?: string[];
+  graph_ops?: {
+    [k: string]: number | null;
+  };
+  alone?: boolean;
+  fresh_model?: boolean;
+  proof: IProof | null;
+  registry_entries_freeable?: number | null;
+  registry_entries?: number | null;
 }
 /**
  * Since 1.3: a cell started (ended_ts null) or ended.

@@ -1,25 +1,34 @@
 /**
  * Whose figure the RSS headline is, and how it reconciles with the neighbours' figures:
  * `top` shows this process's RSS, which counts shared libraries in full; PSS shares them
- * out; jupyter-resource-usage adds the kernel's child processes (the isolation template and
- * its jobs). The kernel reads PSS and the children every few seconds (`process_tree`).
+ * out; jupyter-resource-usage's kernel panel shows ipykernel's `usage_request`, the PSS of the
+ * kernel and all its child processes summed (RSS only where the OS gives no PSS). Every
+ * figure here says which sum it is. The kernel reads PSS and the children every few seconds
+ * (`process_tree`); a reading older than that, or from before a jump in RSS, says its age.
  */
 
 import { formatBytes } from './format';
 import { IProcessTree, ISample, isNumber, isUnavailable } from './protocol';
 import { formatClock, IWording } from './timeline';
 
-/** A process-tree reading older than this (seconds) says its age beside the live RSS. */
-const STALE_S = 10;
+/** How often the kernel reads PSS and the children at most (sampler.py `MIN_INTERVAL_S`). */
+export const TREE_PERIOD_S = 5;
+/** RSS moved by this much (and `JUMP_SHARE`) since the PSS was read: the PSS is from before. */
+const JUMP_BYTES = 16 * 2 ** 20;
+const JUMP_SHARE = 0.05;
 
 /** The RSS headline's lines under the figure and its hover text. */
 export interface IRssReconciliation {
-  /** Under the figure, one line each: whose figure, its PSS, and with the children. */
+  /** Under the figure, one line each: whose figure and its PSS; the sums with the children. */
   lines: string[];
   /** The hover: why `top` and jupyter-resource-usage show other numbers. */
   title: string;
-  /** The kernel's RSS plus its children's, as jupyter-resource-usage counts; null if unknown. */
+  /** The kernel's PSS plus its children's, what jupyter-resource-usage shows; null if unknown. */
   withChildrenBytes: number | null;
+  /** The kernel's RSS plus its children's (shared pages counted again); null if unknown. */
+  withChildrenRssBytes: number | null;
+  /** Seconds the PSS and children reading is older than the RSS beside it, when that matters. */
+  staleS: number | null;
 }
 
 /**
@@ -28,7 +37,7 @@ export interface IRssReconciliation {
  *
  * @example
  * rssReconciliation(sample, trans).lines;
- * // ['this process · PSS 412 MiB', 'with 2 child processes: 1.4 GiB']
+ * // ['RSS of this process · PSS 412 MiB', 'with 2 child processes: PSS 868 MiB · RSS 1.4 GiB']
  */
 export function rssReconciliation(
   sample: ISample,
@@ -38,27 +47,47 @@ export function rssReconciliation(
     "The kernel process's resident memory (RSS), as the OS counts it: what top shows for its pid (RES). It counts shared libraries (TensorFlow's, CUDA's, Python's) in full, as it does in every process that maps them."
   );
   const tree = sample.process_tree;
+  const alone = {
+    lines: [trans.__('RSS of this process')],
+    withChildrenBytes: null,
+    withChildrenRssBytes: null,
+    staleS: null
+  };
   if (tree === undefined) {
-    return {
-      lines: [trans.__('this process')],
-      title: base,
-      withChildrenBytes: null
-    };
+    return { ...alone, title: base };
   }
   if (isUnavailable(tree)) {
-    return {
-      lines: [trans.__('this process')],
-      title:
-        base +
-        ' ' +
-        trans.__(
-          'PSS and child processes: not read here (%1).',
-          tree.detail ?? tree.reason
-        ),
-      withChildrenBytes: null
-    };
+    const why = trans.__(
+      'PSS and child processes: not read here (%1).',
+      tree.detail ?? tree.reason
+    );
+    return { ...alone, title: `${base} ${why}` };
   }
   return withTree(sample, tree, base, trans);
+}
+
+/**
+ * How many seconds `tree` is older than the sample's RSS, or null while it still describes
+ * the process: within its reading period (plus a sample's slack), and RSS has not jumped
+ * since it was read (a later kernel says its RSS then).
+ */
+export function staleSeconds(
+  sample: ISample,
+  tree: IProcessTree
+): number | null {
+  const age = sample.ts - tree.ts;
+  const slack = sample.interval_s ?? 1;
+  if (age > TREE_PERIOD_S + slack) {
+    return Math.round(age);
+  }
+  const then = tree.rss_bytes;
+  if (age >= 0.5 && isNumber(then) && isNumber(sample.rss_bytes)) {
+    const moved = Math.abs(sample.rss_bytes - then);
+    if (moved >= JUMP_BYTES && moved >= JUMP_SHARE * then) {
+      return Math.max(1, Math.round(age));
+    }
+  }
+  return null;
 }
 
 function withTree(
@@ -68,17 +97,15 @@ function withTree(
   trans: IWording
 ): IRssReconciliation {
   const parts = [base];
-  // Read every 5 s or more seldom (its cost): beside a live RSS an older PSS says its age.
-  const age = Math.round(sample.ts - tree.ts);
-  const first = !isNumber(tree.pss_bytes)
-    ? trans.__('this process')
-    : age > STALE_S
-      ? trans.__(
-          'this process · PSS %1, %2 s ago',
-          formatBytes(tree.pss_bytes),
-          age
-        )
-      : trans.__('this process · PSS %1', formatBytes(tree.pss_bytes));
+  const stale = staleSeconds(sample, tree);
+  const ago = stale === null ? '' : trans.__(', %1 s ago', stale);
+  const first = isNumber(tree.pss_bytes)
+    ? trans.__(
+        'RSS of this process · PSS %1%2',
+        formatBytes(tree.pss_bytes),
+        ago
+      )
+    : trans.__('RSS of this process');
   if (isNumber(tree.pss_bytes)) {
     parts.push(
       trans.__(
@@ -88,47 +115,94 @@ function withTree(
     );
   }
   const lines = [first];
-  // `_n` gives `n` as %1 and the arguments from %2 on (JupyterLab's Gettext).
-  let withChildren: number | null = null;
-  if (tree.children_count > 0 && isNumber(sample.rss_bytes)) {
-    withChildren = sample.rss_bytes + tree.children_rss_bytes;
-    lines.push(
-      trans._n(
-        'with %1 child process: %2',
-        'with %1 child processes: %2',
-        tree.children_count,
-        formatBytes(withChildren)
-      )
-    );
-    parts.push(
-      trans._n(
-        "jupyter-resource-usage adds the RSS of the kernel's child processes (the isolation template and its running jobs, any other child): %2 with its %1 child, whose RSS is %3.",
-        "jupyter-resource-usage adds the RSS of the kernel's child processes (the isolation template and its running jobs, any other child): %2 with its %1 children, whose RSS is %3.",
-        tree.children_count,
-        formatBytes(withChildren),
-        formatBytes(tree.children_rss_bytes)
-      )
-    );
-    if (isNumber(tree.children_pss_bytes)) {
-      parts.push(
-        trans.__(
-          "A forked child's RSS counts the pages it shares with its template again; their PSS does not: %1.",
-          formatBytes(tree.children_pss_bytes)
-        )
-      );
-    }
+  const sums = childrenSums(sample, tree);
+  if (tree.children_count > 0) {
+    lines.push(childrenLine(tree.children_count, sums, ago, trans));
+    parts.push(...childrenHover(tree.children_count, sums, trans));
   } else {
     parts.push(
       trans.__(
-        "jupyter-resource-usage also counts the kernel's child processes (the isolation template and its jobs): it has none now, so it shows this RSS."
+        "jupyter-resource-usage sums the PSS of the kernel and its child processes (the isolation template and its jobs): with none now, it shows this process's PSS."
       )
     );
   }
   parts.push(
     trans.__(
-      'PSS and child processes as of %1 (read every few seconds: PSS costs more to read than RSS).',
-      formatClock(tree.ts)
+      'PSS and child processes as of %1 (read every %2 s at most, less often where a reading costs more, and again when a child exits or RSS jumps).',
+      formatClock(tree.ts),
+      TREE_PERIOD_S
     )
   );
-  return { lines, title: parts.join(' '), withChildrenBytes: withChildren };
+  return {
+    lines,
+    title: parts.join(' '),
+    withChildrenBytes: sums.pss,
+    withChildrenRssBytes: sums.rss,
+    staleS: stale
+  };
+}
+
+interface ISums {
+  pss: number | null;
+  rss: number | null;
+}
+
+function childrenSums(sample: ISample, tree: IProcessTree): ISums {
+  if (tree.children_count === 0) {
+    return { pss: null, rss: null };
+  }
+  return {
+    pss:
+      isNumber(tree.pss_bytes) && isNumber(tree.children_pss_bytes)
+        ? tree.pss_bytes + tree.children_pss_bytes
+        : null,
+    rss: isNumber(sample.rss_bytes)
+      ? sample.rss_bytes + tree.children_rss_bytes
+      : null
+  };
+}
+
+/** `with 1 child process: PSS 868 MiB · RSS 1.17 GiB` (`_n`: n is %1, the rest from %2). */
+function childrenLine(
+  count: number,
+  sums: ISums,
+  ago: string,
+  trans: IWording
+): string {
+  const figures = [
+    sums.pss === null ? '' : trans.__('PSS %1', formatBytes(sums.pss)),
+    sums.rss === null ? '' : trans.__('RSS %1', formatBytes(sums.rss))
+  ]
+    .filter(Boolean)
+    .join(' · ');
+  return trans._n(
+    'with %1 child process%3: %2',
+    'with %1 child processes%3: %2',
+    count,
+    figures,
+    ago
+  );
+}
+
+function childrenHover(count: number, sums: ISums, trans: IWording): string[] {
+  const parts: string[] = [];
+  if (sums.pss !== null) {
+    parts.push(
+      trans._n(
+        "jupyter-resource-usage's kernel panel shows the PSS of the kernel and its child processes summed (ipykernel's usage_request): %2 with its %1 child (and kerasmagic's own post-mortem watcher, a few MiB, which it counts too).",
+        "jupyter-resource-usage's kernel panel shows the PSS of the kernel and its child processes summed (ipykernel's usage_request): %2 with its %1 children (and kerasmagic's own post-mortem watcher, a few MiB, which it counts too).",
+        count,
+        formatBytes(sums.pss)
+      )
+    );
+  }
+  if (sums.rss !== null) {
+    parts.push(
+      trans.__(
+        'Their RSS summed, %1, counts again the pages a forked child shares with its template: more than the memory they use together.',
+        formatBytes(sums.rss)
+      )
+    );
+  }
+  return parts;
 }

@@ -208,3 +208,38 @@ def test_a_visible_listener_makes_the_channel_read_the_tree():
         assert not channel.sampler.tree_wanted
     finally:
         channel.close()
+
+
+def test_the_tree_meter_reads_again_once_a_child_it_counted_is_gone():
+    """Issue 31, item 3: six children's memory stayed on the panel for minutes after they ended."""
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    calls = []
+
+    def read():
+        calls.append(1)
+        alive = [child.pid] if child.poll() is None else []
+        return {"pss_bytes": 1, "children_count": len(alive), "children_rss_bytes": 0,
+                "children_pss_bytes": 0, "rss_bytes": 100, "child_pids": alive}
+
+    meter = ProcessTreeMeter(read)
+    first = meter.read(100)
+    assert first["children_count"] == 1 and "child_pids" not in first  # the pids are the meter's, not sent
+    time.sleep(ProcessTreeMeter.STALE_REREAD_S)
+    assert meter.read(100) is first and len(calls) == 1  # nothing changed: carried over
+    child.kill()
+    child.wait()
+    assert meter.read(100)["children_count"] == 0 and len(calls) == 2
+
+
+def test_the_tree_meter_reads_again_after_a_jump_in_rss():
+    """A PSS of 1.05 GiB beside an RSS of 66.5 MiB: the reading from before the jump goes."""
+    calls = []
+    meter = ProcessTreeMeter(lambda: calls.append(1) or {
+        "pss_bytes": len(calls), "children_count": 0, "children_rss_bytes": 0, "children_pss_bytes": 0,
+        "rss_bytes": 2**30, "child_pids": []})
+    first = meter.read(2**30)
+    # Within the re-read floor, and a small move: carried over.
+    assert meter.read(2**30 - 2**20) is first
+    time.sleep(ProcessTreeMeter.STALE_REREAD_S)
+    assert meter.read(2**30 - 2**20) is first and len(calls) == 1
+    assert meter.read(66 * 2**20)["pss_bytes"] == 2

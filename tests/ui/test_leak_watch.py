@@ -3,6 +3,7 @@ leaks (each run's traced train step pins its graph and weights) run four times i
 with the sentence and the fix; the same cell under %%fresh_model is not; clicking the flag
 shows the cell in the notebook; fixing the cell ends the flag."""
 
+import ast
 import json
 import re
 import time
@@ -82,6 +83,9 @@ def _flags(page) -> list[dict]:
             detail: (li.querySelector('.jp-KerasMagic-leakDetail') || {{}}).textContent || '',
             fixText: (li.querySelector('.jp-KerasMagic-leakFix') || {{}}).textContent || '',
             source: (li.querySelector('.jp-KerasMagic-leakSource') || {{}}).textContent || '',
+            fixCode: [...li.querySelectorAll('.jp-KerasMagic-leakFix code')].map(c => c.textContent),
+            evidence: (li.querySelector('.jp-KerasMagic-leakEvidence') || {{}}).textContent || '',
+            evidenceTitle: (li.querySelector('.jp-KerasMagic-leakEvidence') || {{}}).title || '',
         }}))""")
 
 
@@ -112,6 +116,22 @@ def test_a_leaking_cell_is_flagged_and_the_same_cell_under_fresh_model_is_not(la
     assert "CustomGradient entries" in flag["detail"] and flag["detail"].startswith("Per run: RSS +"), flag
     assert flag["fix"] == "fresh_model" and flag["fixText"].startswith("Fix: start the cell with %%fresh_model"), flag
     assert flag["source"] == "model = make()"
+    # The fix in the kernel's words, as %tf_mem --cells prints it (its `names` set as code), and
+    # the proof it rests on, as of when the cell ran, with how it was measured (issue 29).
+    # Read silently (a user expression): a run of its own would be one more cell for the watch.
+    reply = page.evaluate("""async () => {
+        const kernel = window.jupyterapp.shell.currentWidget.sessionContext.session.kernel;
+        const expression = "next(c['fix_text'] for c in __import__('kerasmagic').cell_growth().flagged)";
+        const future = kernel.requestExecute({code: '', silent: true, store_history: false,
+                                              user_expressions: {fix: expression}});
+        const done = await future.done;
+        return done.content.user_expressions.fix.data['text/plain'];
+    }""")
+    kernel_fix = ast.literal_eval(reply)
+    assert flag["fixText"] == kernel_fix.replace("`", ""), (flag, kernel_fix)
+    assert re.match(rf"Measured after cell \[{counts[-1]}\] ran \(\d\d:\d\d:\d\d\): ", flag["evidence"]), flag
+    assert "a plain %clear_tf frees" in flag["evidence"] or "%clear_tf " in flag["evidence"], flag
+    assert flag["evidenceTitle"].startswith("How it was measured: retained-size walk"), flag
     page.screenshot(path=str(artifacts / "leak-watch-2-flagged.png"))
     sidebar.screenshot(path=str(artifacts / "leak-watch-2-flagged-panel.png"))
 

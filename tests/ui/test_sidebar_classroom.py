@@ -58,7 +58,7 @@ def test_the_sidebar_in_a_short_lesson(lab, page, artifacts):
     rss = page.get_attribute(f"{SIDEBAR} [data-headline='rss']", "aria-label")
     # Whose figure (since protocol 1.6): this process, with its PSS once read.
     pss = r"( · PSS \d+(\.\d+)? MiB(, \d+ s ago)?)?"
-    assert re.fullmatch(rf"Kernel RSS: \d+(\.\d+)? MiB \(this process{pss}\)", rss), rss
+    assert re.fullmatch(rf"Kernel RSS: \d+(\.\d+)? MiB \(RSS of this process{pss}\)", rss), rss
     page.locator(SIDEBAR).screenshot(path=str(artifacts / "sidebar-short-lesson.png"))
 
     # Clear session while the kernel is idle: never "Queued", and its report right below the

@@ -13,16 +13,22 @@ import {
   growthSentence,
   IWording,
   oneRunCells,
+  kernelFixText,
   oneRunSentence,
   signedBytes,
   titleText
 } from '../cells';
+import { codeSegments, evidenceText } from '../evidence';
 import { ICellGrowth, ICellSummary, validate } from '../protocol';
 
 /** What nullTranslator does: %1, %2 … replaced in order. */
+const fill = (msgid: string, args: any[]) =>
+  msgid.replace(/%(\d+)/g, (_, n) => String(args[Number(n) - 1]));
+/** And `_n` as JupyterLab's Gettext: `n` is %1, the arguments from %2 on. */
 const trans: IWording = {
-  __: (msgid: string, ...args: any[]) =>
-    msgid.replace(/%(\d+)/g, (_, n) => String(args[Number(n) - 1]))
+  __: (msgid: string, ...args: any[]) => fill(msgid, args),
+  _n: (one: string, many: string, n: number, ...args: any[]) =>
+    fill(n === 1 ? one : many, [n, ...args])
 };
 
 function fixture(name: string): any {
@@ -162,16 +168,123 @@ describe('the one-run rule', () => {
   it('names a run that left much behind, not "no cell grows"', () => {
     const message = { ...MESSAGE, cells: [MESSAGE.cells[1], grewOnce] };
     expect(oneRunCells(message)).toEqual([grewOnce]);
+    // The words `%tf_mem --cells` prints (leak_watch.one_run_sentence's doctest).
     expect(oneRunSentence(grewOnce, trans)).toBe(
-      'cell [3] grew +201 MiB and left 6 live models in one run, held by models'
+      'cell [3] grew +201 MiB and left 6 live models, held by `models`'
     );
     expect(titleText(message, true, '1.5.0', trans)).toBe(
       'Leak watch · 1 cell left much behind in one run'
     );
   });
 
+  it("says one model in the singular, and a re-run's model as one more than before", () => {
+    const rerun = cell({
+      flagged: false,
+      one_run: {
+        execution_count: 7,
+        first: false,
+        growth_bytes: 0,
+        new_models: 1,
+        held_by: ['histories']
+      }
+    });
+    expect(oneRunSentence(rerun, trans)).toBe(
+      'cell [7] left 1 more live model than its previous run, held by `histories`'
+    );
+    const first = cell({
+      one_run: { ...rerun.one_run!, first: true, new_models: 1, held_by: [] }
+    });
+    expect(oneRunSentence(first, trans)).toBe(
+      "cell [7] left 1 live model; none of your variables holds it (TensorFlow's pool, the C heap or a framework's cache)"
+    );
+    const many = cell({
+      one_run: {
+        ...rerun.one_run!,
+        new_models: 2,
+        held_by: ['a', 'b', 'c', 'd', 'e']
+      }
+    });
+    expect(oneRunSentence(many, trans)).toBe(
+      'cell [7] left 2 more live models than its previous run, held by `a`, `b`, `c` and 2 more'
+    );
+  });
+
   it('leaves a flagged cell to the run-over-run rule', () => {
     const both = cell({ one_run: grewOnce.one_run });
     expect(oneRunCells({ ...MESSAGE, cells: [both] })).toEqual([]);
+  });
+});
+
+describe("a row's fix and its evidence", () => {
+  const EVIDENCE = fixture('cell_growth_evidence.json') as ICellGrowth;
+  const flagged = EVIDENCE.cells[0];
+
+  it("takes the fix in the kernel's words, as `%tf_mem --cells` prints it", () => {
+    expect(validate(EVIDENCE, 'to_frontend').ok).toBe(true);
+    expect(kernelFixText(flagged)).toBe(flagged.fix_text);
+    expect(kernelFixText(cell({ fix_text: null }))).toBe('');
+    const once = cell({
+      flagged: false,
+      one_run: {
+        execution_count: 3,
+        first: true,
+        growth_bytes: 2 ** 28,
+        new_models: 0,
+        held_by: ['a'],
+        remedy_text: '`%clear_tf a` frees 256 MiB (measured now).'
+      }
+    });
+    expect(kernelFixText(once)).toBe(
+      '`%clear_tf a` frees 256 MiB (measured now).'
+    );
+  });
+
+  it('lists what the proven command frees, when, and how it was measured', () => {
+    const text = evidenceText(
+      flagged.evidence!.proof,
+      'cell [6]',
+      '02:05:47',
+      trans
+    )!;
+    expect(text.lines).toEqual([
+      'Measured after cell [6] ran (02:05:47): `%clear_tf leak` frees 64.0 MiB: ndarray[2097152] (16.0 MiB) held by leak[0]; ndarray[2097152] (16.0 MiB) held by leak[1].'
+    ]);
+    expect(text.title).toBe('How it was measured: retained-size walk.');
+    expect(evidenceText(null, 'cell [6]', '02:05:47', trans)).toBeNull();
+  });
+
+  it('with no name proven, says what each would free and what a plain clean frees', () => {
+    const proof = {
+      ...flagged.evidence!.proof!,
+      named: null,
+      candidates_bytes: { SEARCH_LOG: 319, best_model: 0 },
+      default: {
+        command: '%clear_tf',
+        names: [],
+        retained_bytes: 106 * 2 ** 20,
+        objects: ['History (106 MiB) held by Out[5]', 'a', 'b', 'c', 'd']
+      }
+    };
+    expect(evidenceText(proof, 'cell [4]', '10:00:00', trans)!.lines).toEqual([
+      'Measured after cell [4] ran (10:00:00): deleting each would free only `SEARCH_LOG` 319 B, `best_model` 0 B.',
+      'a plain `%clear_tf` frees 106 MiB: History (106 MiB) held by Out[5]; a; b and 2 more.'
+    ]);
+    expect(
+      evidenceText(
+        { ...proof, truncated: true },
+        'cell [4]',
+        '10:00:00',
+        trans
+      )!.lines[0]
+    ).toContain('stopped at its budget');
+  });
+
+  it('sets backticked names as code and keeps an unpaired backtick as text', () => {
+    expect(codeSegments('run `%clear_tf a` now')).toEqual([
+      { text: 'run ', code: false },
+      { text: '%clear_tf a', code: true },
+      { text: ' now', code: false }
+    ]);
+    expect(codeSegments('a ` b')).toEqual([{ text: 'a ` b', code: false }]);
   });
 });

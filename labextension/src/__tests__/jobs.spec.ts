@@ -11,6 +11,8 @@ import {
   jobState,
   JobTable,
   mapProgressText,
+  spareText,
+  sparesLines,
   STATE_MARK,
   whereText
 } from '../jobs';
@@ -379,5 +381,30 @@ describe("an isolated_map's counts", () => {
         'to_frontend'
       ).ok
     ).toBe(false);
+  });
+});
+
+describe("the pool's warm spare (issue 32)", () => {
+  const trans = {
+    __: (msgid: string, ...args: any[]) =>
+      msgid.replace(/%(\d+)/g, (_, n) => String(args[Number(n) - 1]))
+  };
+
+  it('says which job ran in the spare, why another forked cold, and what the spares cost', () => {
+    const table = new JobTable();
+    expect(table.apply(fixture('isolated_jobs_spares.json'), 1000)).toBe(true);
+    const rows = table.rows(1000);
+    expect(rows.map(row => spareText(row.job, trans))).toEqual([
+      'in the warm spare',
+      "cold fork: XLA_PYTHON_CLIENT_MEM_FRACTION differs from the spare's, and its runtime read it when it started"
+    ]);
+    expect(sparesLines(rows, trans)).toEqual([
+      'Warm spare pid 43121 (GPU 0), warming up: RSS 304 MiB, GPU 538 MiB'
+    ]);
+  });
+
+  it('says nothing for a kernel that does not send them', () => {
+    expect(spareText(job({}), trans)).toBe('');
+    expect(sparesLines([], trans)).toEqual([]);
   });
 });

@@ -5,7 +5,7 @@
 import { readFixture } from './fixtures';
 
 import { ISample, validate } from '../protocol';
-import { rssReconciliation } from '../reconcile';
+import { rssReconciliation, staleSeconds } from '../reconcile';
 import { IWording } from '../timeline';
 
 /** What JupyterLab's Gettext does: %1, %2 … replaced in order; `_n` picks by n and gives
@@ -25,28 +25,30 @@ function sample(name: string): ISample {
 }
 
 describe('rssReconciliation', () => {
-  it('says whose figure it is, its PSS, and the sum with the child processes', () => {
+  it('says which sum each figure is: RSS or PSS, with or without the children', () => {
     const s = sample('sample_process_tree');
     const r = rssReconciliation(s, trans);
-    // 734003200 (the kernel) + 718274560 (its two children) bytes.
-    expect(r.withChildrenBytes).toBe(734003200 + 718274560);
+    // What jupyter-resource-usage shows: 412090368 (the kernel's PSS) + 301989888 (its
+    // children's); the RSS sum 734003200 + 718274560 counts shared pages again.
+    expect(r.withChildrenBytes).toBe(412090368 + 301989888);
+    expect(r.withChildrenRssBytes).toBe(734003200 + 718274560);
     expect(r.lines).toEqual([
-      'this process · PSS 393 MiB',
-      'with 2 child processes: 1.35 GiB'
+      'RSS of this process · PSS 393 MiB',
+      'with 2 child processes: PSS 681 MiB · RSS 1.35 GiB'
     ]);
     expect(r.title).toMatch(/top shows for its pid/);
     expect(r.title).toMatch(/shared libraries/);
     expect(r.title).toMatch(
-      /jupyter-resource-usage adds the RSS of the kernel's child processes .*: 1.35 GiB with its 2 children, whose RSS is 685 MiB/
+      /jupyter-resource-usage's kernel panel shows the PSS of the kernel and its child processes summed .*: 681 MiB with its 2 children/
     );
-    expect(r.title).toMatch(/their PSS does not: 288 MiB/);
+    expect(r.title).toMatch(/Their RSS summed, 1.35 GiB, counts again/);
   });
 
   it('says the children are none, and PSS unknown, where they are', () => {
     const r = rssReconciliation(sample('sample_process_tree_no_pss'), trans);
-    expect(r.lines).toEqual(['this process']);
+    expect(r.lines).toEqual(['RSS of this process']);
     expect(r.withChildrenBytes).toBeNull();
-    expect(r.title).toMatch(/it has none now/);
+    expect(r.title).toMatch(/with none now/);
   });
 
   it('says why there are no figures, and only whose it is for an older kernel', () => {
@@ -54,25 +56,47 @@ describe('rssReconciliation', () => {
       sample('sample_process_tree_unavailable'),
       trans
     );
-    expect(none.lines).toEqual(['this process']);
+    expect(none.lines).toEqual(['RSS of this process']);
     expect(none.title).toMatch(
       /not read here \(PSS and child processes are read from Linux's \/proc\)/
     );
     const older = rssReconciliation(sample('sample_cpu_host'), trans);
-    expect(older.lines).toEqual(['this process']);
+    expect(older.lines).toEqual(['RSS of this process']);
     expect(older.withChildrenBytes).toBeNull();
     expect(older.title).not.toMatch(/PSS/);
   });
 
-  it('gives the age of a reading older than 10 s beside the live RSS', () => {
+  it('gives the age of a reading older than its period, on every figure from it', () => {
     const s = sample('sample_process_tree'); // read 4.3 s before the sample
-    expect(rssReconciliation(s, trans).lines[0]).toBe(
-      'this process · PSS 393 MiB'
+    expect(rssReconciliation(s, trans).staleS).toBeNull();
+    // Three minutes after six children exited (issue 31, item 3).
+    const old = { ...s, ts: (s.process_tree as any).ts + 193.2 };
+    const r = rssReconciliation(old, trans);
+    expect(r.staleS).toBe(193);
+    expect(r.lines).toEqual([
+      'RSS of this process · PSS 393 MiB, 193 s ago',
+      'with 2 child processes, 193 s ago: PSS 681 MiB · RSS 1.35 GiB'
+    ]);
+  });
+
+  it('gives the age of a PSS from before a jump in RSS, however young', () => {
+    const s = sample('sample_process_tree');
+    const tree = s.process_tree as any;
+    // "66.5 MiB · PSS 1.05 GiB" for 1–3 s after 1 GiB was freed.
+    const jumped = {
+      ...s,
+      ts: tree.ts + 2,
+      rss_bytes: 66.5 * 2 ** 20,
+      process_tree: { ...tree, pss_bytes: 1.05 * 2 ** 30, rss_bytes: 2 ** 30 }
+    };
+    expect(rssReconciliation(jumped, trans).lines[0]).toBe(
+      'RSS of this process · PSS 1.05 GiB, 2 s ago'
     );
-    const old = { ...s, ts: (s.process_tree as any).ts + 31.6 };
-    expect(rssReconciliation(old, trans).lines[0]).toBe(
-      'this process · PSS 393 MiB, 32 s ago'
-    );
+    const steady = {
+      ...jumped,
+      process_tree: { ...jumped.process_tree, rss_bytes: 67 * 2 ** 20 }
+    };
+    expect(staleSeconds(steady, steady.process_tree)).toBeNull();
   });
 
   it('uses the singular for one child', () => {
@@ -82,7 +106,7 @@ describe('rssReconciliation', () => {
       process_tree: { ...(s.process_tree as any), children_count: 1 }
     };
     expect(rssReconciliation(one, trans).lines[1]).toBe(
-      'with 1 child process: 1.35 GiB'
+      'with 1 child process: PSS 681 MiB · RSS 1.35 GiB'
     );
   });
 });
