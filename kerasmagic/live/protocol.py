@@ -243,6 +243,11 @@ def _counters(value: Any) -> bool:
     return isinstance(value, dict) and all(_is_number(v) for v in value.values())
 
 
+def _entry_count(value: Any) -> bool:
+    """A count of registry entries: an integer, never negative (bool is not one)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
 def _number_or_null(value: Any) -> bool:
     return value is None or _is_number(value)
 
@@ -459,9 +464,11 @@ _TO_FRONTEND: dict[str, tuple[dict, dict]] = {
          "sample_cost_s": _NUM},
         # Since 1.3 (a 1.2 frontend ignores them): cpu_pct, host; since 1.4: torch, jax;
         # since 1.5: interval_s, the interval the sample was taken at; since 1.6: process_tree;
-        # since 1.7: gpu_context, and memory_limit (the limit, headroom and guard).
+        # since 1.7: gpu_context, and memory_limit (the limit, headroom and guard); later 1.7 kernels:
+        # custom_gradient_entries, where TensorFlow is imported.
         {"cpu_pct": _number_or_unavailable, "host": _host, "torch": _torch, "jax": _jax, "interval_s": _NUM,
-         "process_tree": _process_tree, "gpu_context": _gpu_context, "memory_limit": _memory_limit},
+         "process_tree": _process_tree, "gpu_context": _gpu_context, "memory_limit": _memory_limit,
+         "custom_gradient_entries": _entry_count},
     ),
     "facts": (
         {"ts": _NUM, "execution_count": _NUM, "tf_status": _str_or_unavailable,

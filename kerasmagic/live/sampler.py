@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..guard import limit_state
+from ..probes import tensorflow as tf_probe
 from ..probes.availability import Unavailable, guarded, to_jsonable
 from ..probes.process import host_memory, process_tree_memory
 from ..probes.sample import gpu_allocator_parts, gpu_context_part, memory_sample
@@ -170,6 +171,12 @@ def take_sample(seq: int, cpu: CpuMeter | None = None, tree: ProcessTreeMeter | 
     # The limit that bites and the guard's state (issue 33, item 7): a kernel at 96 % of its cgroup
     # must not look like one on a host with 19 GiB free.
     message["memory_limit"] = to_jsonable(guarded(limit_state, "reading the memory limit"))
+    # Lesson 6's story is the registry growing by 2 per trial inside one cell: a count per sample, so
+    # the chart can draw it. ``list(dict)`` copies under the GIL, so this thread reads a consistent key set.
+    entries = (guarded(tf_probe.custom_gradient_entries, "counting CustomGradient entries")
+               if tf_probe.module() else None)
+    if isinstance(entries, int):
+        message["custom_gradient_entries"] = entries
     if tree is not None:
         rss = message.get("rss_bytes")
         message["process_tree"] = tree.read(rss if isinstance(rss, int) else None)

@@ -331,13 +331,36 @@ export function formatPct(pct: number): string {
   return `${pct < 10 && pct > 0 ? pct.toFixed(1) : Math.round(pct)} %`;
 }
 
+/** A value of a series in its unit: `1.50 GiB`, `12 %`, `24`. */
+export function formatValue(unit: SeriesUnit, value: number): string {
+  if (unit === 'bytes') {
+    return formatBytes(value);
+  }
+  return unit === 'pct' ? formatPct(value) : String(Math.round(value));
+}
+
+/** The top of a count's own scale: 10, 20, 50, 100, ... at or above `max`. */
+export function countTop(max: number): number {
+  let top = 10;
+  while (Number.isFinite(max) && top < max) {
+    top *= top.toString().startsWith('2') ? 2.5 : 2;
+  }
+  return top;
+}
+
+/**
+ * What a series counts: bytes (the plot's left axis), % of one core (the CPU strip), or a
+ * count on its own scale over the plot (CustomGradient entries), labelled at the right.
+ */
+export type SeriesUnit = 'bytes' | 'pct' | 'count';
+
 /** One line of the chart: which history series, its legend text, how it is drawn. */
 export interface ISeriesSpec {
   key: string;
   label: string;
   /** Its stroke style: `jp-KerasMagic-series-<style>`. */
   style: string;
-  unit: 'bytes' | 'pct';
+  unit: SeriesUnit;
 }
 
 export interface ITimelineData {

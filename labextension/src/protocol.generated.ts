@@ -125,6 +125,10 @@ export interface ISample {
    * Since 1.7: the limit, headroom and guard (the sidebar's limit rows).
    */
   memory_limit?: IMemoryLimit | IUnavailable;
+  /**
+   * Later 1.7 kernels, where TensorFlow is imported: its CustomGradient registry entries now, for the chart (facts carry the same count after each cell).
+   */
+  custom_gradient_entries?: number;
 }
 /**
  * A value a probe cannot give, and why.

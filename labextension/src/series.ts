@@ -15,7 +15,7 @@ import {
   isUnavailable,
   MaybeNumber
 } from './protocol';
-import { ISeriesSpec } from './timeline';
+import { ISeriesSpec, SeriesUnit } from './chartgeometry';
 
 /** Series names the panel draws; bytes unless the name says otherwise. */
 export const SERIES = {
@@ -76,7 +76,7 @@ export interface ISeriesLook {
   label: (trans: IWording, sample: ISample | null) => string;
   /** Its stroke style: `jp-KerasMagic-series-<style>`. */
   style: string;
-  unit: 'bytes' | 'pct';
+  unit: SeriesUnit;
 }
 
 /** One row: a series recorded from `sample` messages or from `facts` messages. */
@@ -159,10 +159,19 @@ export const SERIES_TABLE: SeriesRow[] = [
     chart: { label: t => t.__('CPU'), style: 'cpu', unit: 'pct' }
   },
   {
+    // Counted in every sample (later 1.7 kernels), so a search loop's growth inside one cell shows;
+    // `facts` carries the count after each cell for the TensorFlow section's line.
     key: SERIES.customGradients,
-    source: 'facts',
-    derive: f =>
-      isNumber(f.custom_gradient_entries) ? f.custom_gradient_entries : null
+    source: 'sample',
+    derive: s =>
+      isNumber(s.custom_gradient_entries) ? s.custom_gradient_entries : null,
+    // Lesson 6's second story: +2 per trial with clear_session() up to TF 2.21 (each pins a
+    // graph), flat after each clean; drawn on a count scale of its own.
+    chart: {
+      label: t => t.__('CustomGradient entries'),
+      style: 'entries',
+      unit: 'count'
+    }
   },
   {
     key: SERIES.liveModels,

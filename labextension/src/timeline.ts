@@ -9,8 +9,8 @@ import {
   chartHeight,
   FIT,
   formatClock,
-  formatPct,
   formatSpan,
+  formatValue,
   gapsIn,
   groupMarks,
   ICellRunLike,
@@ -30,7 +30,6 @@ import {
 } from './chartgeometry';
 import { RUNS, runsRange } from './runswindow';
 import { el, svg } from './dom';
-import { formatBytes } from './format';
 import { IPoint } from './history';
 import {
   chartScale,
@@ -320,14 +319,15 @@ export class Timeline {
     const drawn = visible.filter(s => s.points.some(p => p.value !== null));
     const bytes = drawn.filter(s => s.spec.unit === 'bytes');
     const pct = drawn.filter(s => s.spec.unit === 'pct');
-    const scale = chartScale(from, to, this._width, g, bytes, pct);
+    const counts = drawn.filter(s => s.spec.unit === 'count');
+    const scale = chartScale(from, to, this._width, g, bytes, pct, counts);
     const trans = this._trans;
     this._spans = layoutSpans(data.runs, from, to, scale.width, g.charPx, run =>
       spanTexts(trans, run)
     );
     drawSpans(root, this._spans, scale, run => runText(trans, run, data.now));
     drawGrid(root, scale);
-    drawSeries(root, bytes, pct, scale);
+    drawSeries(root, bytes, pct, scale, counts);
     const groups = groupMarks(
       data.marks.filter(m => m.ts >= from && m.ts <= to),
       scale.x,
@@ -389,8 +389,7 @@ export class Timeline {
       const values = points
         .map(p => p.value)
         .filter((v): v is number => v !== null);
-      const show = (v: number) =>
-        spec.unit === 'bytes' ? formatBytes(v) : formatPct(v);
+      const show = (v: number) => formatValue(spec.unit, v);
       return trans.__(
         '%1 %2 (from %3 to %4)',
         spec.label,
@@ -470,9 +469,7 @@ export class Timeline {
         el(
           'span',
           'jp-KerasMagic-readoutValue',
-          spec.unit === 'bytes'
-            ? formatBytes(point.value)
-            : formatPct(point.value)
+          formatValue(spec.unit, point.value)
         )
       );
       readout.appendChild(row);

@@ -6,6 +6,7 @@
 
 import {
   byteTicks,
+  countTop,
   chartHeight,
   formatClock,
   formatPct,
@@ -43,6 +44,10 @@ export interface IChartScale {
   x: (ts: number) => number;
   yBytes: (bytes: number) => number;
   yPct: (pct: number) => number;
+  /** A count's own scale over the plot (0 at its foot, `countTop` at its top). */
+  yCount: (count: number) => number;
+  /** The count scale's top; 0 when no count is drawn. */
+  countTop: number;
   /** The top of the CPU strip. */
   stripTop: number;
   /** The byte grid's ticks, 0 first. */
@@ -70,10 +75,12 @@ export function chartScale(
   width: number,
   g: IChartGeometry,
   bytes: IVisibleSeries[],
-  pct: IVisibleSeries[]
+  pct: IVisibleSeries[],
+  counts: IVisibleSeries[] = []
 ): IChartScale {
   const { top, ticks } = byteTicks(maxOf(bytes));
   const cpuTop = pctTop(maxOf(pct));
+  const topCount = counts.length ? countTop(maxOf(counts)) : 0;
   const stripTop = g.band + g.plot + g.gap;
   return {
     from,
@@ -84,6 +91,8 @@ export function chartScale(
     x: ts => ((ts - from) / (to - from)) * width,
     yBytes: v => g.band + g.plot - (v / top) * g.plot,
     yPct: v => stripTop + g.strip - (v / cpuTop) * g.strip,
+    yCount: v => g.band + g.plot - (v / Math.max(topCount, 1)) * g.plot,
+    countTop: topCount,
     stripTop,
     ticks,
     cpuTop
@@ -190,13 +199,17 @@ export function drawSeries(
   root: SVGElement,
   bytes: IVisibleSeries[],
   pct: IVisibleSeries[],
-  scale: IChartScale
+  scale: IChartScale,
+  counts: IVisibleSeries[] = []
 ): void {
-  const { x, yBytes, yPct } = scale;
+  const { x, yBytes, yPct, yCount } = scale;
   const base = scale.stripTop + scale.g.strip;
   const lines = svg('g', { class: 'jp-KerasMagic-plotLines' }, root);
   for (const { spec, points } of bytes) {
     seriesPath(spec, points, linePath(points, x, yBytes), lines);
+  }
+  for (const { spec, points } of counts) {
+    seriesPath(spec, points, linePath(points, x, yCount), lines);
   }
   for (const { spec, points } of pct) {
     const d = linePath(points, x, yPct);
@@ -300,6 +313,15 @@ export function drawAxisLabels(
     2,
     scale.stripTop + g.fontPx - 1
   );
+  if (scale.countTop) {
+    // A count's own scale, at the right so it is not read as bytes.
+    label(
+      trans.__('%1 entries', scale.countTop),
+      width,
+      g.band + g.fontPx,
+      'end'
+    );
+  }
   if (clockEnds) {
     label(formatClock(scale.from), 0, height - 2);
     label(formatClock(scale.to), width, height - 2, 'end');

@@ -104,3 +104,32 @@ def test_from_the_upstream_fix_the_purge_stands_down_and_a_deleted_model_is_free
         gc.collect()
     assert tied.skipped is not None and tied.purged == 0
     assert variable() is None, "nothing but the model held its weights"
+
+
+def test_each_sample_counts_the_entries_from_the_sampler_thread():
+    """The chart's CustomGradient line (lesson 6: +2 per trial inside one cell) comes from samples,
+    read on the sampler's thread while the main thread trains: each count is the registry's at that
+    moment, on both sides of TensorFlow 2.22 (the entries are still added there, pinning nothing)."""
+    import queue
+
+    from kerasmagic.live import protocol
+    from kerasmagic.live.sampler import Sampler
+
+    samples: queue.Queue = queue.Queue()
+    sampler = Sampler(samples.put, interval_s=0.05)
+    sampler.set_active(True)
+    try:
+        counts = []
+        for _ in range(2):
+            model = trained_model()
+            while not samples.empty():
+                samples.get_nowait()
+            samples.get(timeout=30)  # may have been read while the model trained
+            sample = samples.get(timeout=30)  # read after the model was trained
+            assert protocol.validate(sample, "to_frontend") is sample
+            assert sample["custom_gradient_entries"] == len(custom_gradient_keys()), sample
+            counts.append(sample["custom_gradient_entries"])
+        assert counts[1] > counts[0], counts
+        del model
+    finally:
+        sampler.stop()

@@ -206,6 +206,10 @@ def test_timeline_during_a_fit_and_a_click_on_a_cell_span(lab, page, artifacts):
         assert any("no allocator statistics" in line and "TF_CPU_ALLOCATOR_USE_BFC=1" in line
                    for line in tf_lines), tf_lines
     assert any(line.startswith("Graph: ") for line in tf_lines), tf_lines
+    # The fit traced Adam's train step: TensorFlow's CustomGradient entries, counted in every sample,
+    # are a line of their own on a count scale labelled at the right (lesson 6's second story).
+    assert "custom_gradient_entries" in with_points and "CustomGradient entries" in chart["legend"], chart
+    assert any(re.fullmatch(r"\d+ entries", t) for t in chart["ticks"]), chart["ticks"]
     if "cpu_pct" in chart["series"]:
         assert chart["series"]["cpu_pct"] > 0 and "CPU" in chart["legend"], chart
         assert re.fullmatch(r"[\d.]+ %", heads["cpu"]), heads

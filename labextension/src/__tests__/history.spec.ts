@@ -66,8 +66,10 @@ describe('SeriesHistory', () => {
     expect(newest(history, SERIES.gpuAllocInUse)?.value).toBe(2 * 2 ** 30);
     expect(newest(history, SERIES.nvmlProcess)?.value).toBe(3764387840);
 
-    recordFacts(history, fixture('facts.json'));
+    // The registry's entries come with every sample (a search loop's growth inside one cell).
+    recordSample(history, fixture('sample.json'));
     expect(newest(history, SERIES.customGradients)?.value).toBe(6);
+    recordFacts(history, fixture('facts.json'));
     expect(newest(history, SERIES.liveModels)?.value).toBe(1);
   });
 });

@@ -70,7 +70,8 @@ describe('the series table', () => {
       ['tf_held', 'TF held', 'bytes'],
       ['nvml_process', 'GPU this kernel (NVML)', 'bytes'],
       ['gpu_allocators_in_use', 'GPU in use (torch)', 'bytes'],
-      ['cpu_pct', 'CPU', 'pct']
+      ['cpu_pct', 'CPU', 'pct'],
+      ['custom_gradient_entries', 'CustomGradient entries', 'count']
     ]);
     expect(chartSeries(trans, null)[4].label).toBe('GPU in use (allocators)');
   });

@@ -3,7 +3,9 @@ import {
   classroomGeometry,
   NORMAL_GEOMETRY,
   byteTicks,
+  countTop,
   formatPct,
+  formatValue,
   formatTick,
   ICellRunLike,
   layoutSpans,
@@ -90,6 +92,20 @@ describe('formatPct', () => {
     expect(formatPct(0)).toBe('0 %');
     expect(formatPct(0.42)).toBe('0.4 %');
     expect(formatPct(143.4)).toBe('143 %');
+  });
+});
+
+describe('a count on its own scale', () => {
+  it('tops at 10, 20, 50, 100, ... at or above the largest count', () => {
+    expect([0, 6, 10, 11, 24, 51, 180].map(countTop)).toEqual([
+      10, 10, 10, 20, 50, 100, 200
+    ]);
+  });
+
+  it('words each unit: bytes, % of one core, a plain count', () => {
+    expect(formatValue('bytes', 1536)).toBe('1.50 KiB');
+    expect(formatValue('pct', 4.25)).toBe('4.3 %');
+    expect(formatValue('count', 24)).toBe('24');
   });
 });
 
