@@ -25,6 +25,7 @@ import {
 } from './chartgeometry';
 import { svg } from './dom';
 import { IPoint } from './history';
+import { guardMarkText } from './limit';
 
 /** A series with its points inside the window. */
 export interface IVisibleSeries {
@@ -288,11 +289,15 @@ export function drawMarks(
   }
 }
 
-/** The byte ticks' and the CPU strip's labels, and the time axis' two ends. */
+/**
+ * The byte ticks' and the CPU strip's labels, and the time axis' two ends: `−5 min` and
+ * `now`, or with `clockEnds` (the "Cell runs" window, which need not end now) their times.
+ */
 export function drawAxisLabels(
   root: SVGElement,
   scale: IChartScale,
-  trans: IWording
+  trans: IWording,
+  clockEnds = false
 ): void {
   const { g, yBytes, width, height } = scale;
   const labels = svg('g', { class: 'jp-KerasMagic-axisLabels' }, root);
@@ -317,13 +322,18 @@ export function drawAxisLabels(
       'end'
     );
   }
+  if (clockEnds) {
+    label(formatClock(scale.from), 0, height - 2);
+    label(formatClock(scale.to), width, height - 2, 'end');
+    return;
+  }
   label('−' + formatSpan(scale.to - scale.from), 0, height - 2);
   label(trans.__('now'), width, height - 2, 'end');
 }
 
 // ---- the chart's words --------------------------------------------------------------------
 
-/** A mark's kind in words: `restart`, `died`, `clear`, `fresh model`. */
+/** A mark's kind in words: `restart`, `died`, `clear`, `fresh model`, the guard's (limit.ts). */
 export function markText(trans: IWording, kind: string): string {
   switch (kind) {
     case 'restart':
@@ -335,7 +345,7 @@ export function markText(trans: IWording, kind: string): string {
     case 'fresh_model':
       return trans.__('fresh model');
     default:
-      return kind;
+      return guardMarkText(kind, trans) ?? kind;
   }
 }
 
