@@ -63,12 +63,15 @@ function tfStage(sample: ISample | null, facts: IFacts | null): Stage {
   ];
 }
 
-/** "as of cell [7], 12:03:04": facts read on the main thread after that cell. */
+/**
+ * "as of cell [7], 12:03:04": facts read on the main thread after that cell, at the time [7]
+ * ended where the kernel says it (1.7), not when the panel asked (`ts`, maybe minutes later).
+ */
 function asOf(trans: IWording, facts: IFacts): string {
   return trans.__(
     'as of cell [%1], %2',
     facts.execution_count,
-    formatClock(facts.ts)
+    formatClock(facts.cell_ended_ts ?? facts.ts)
   );
 }
 

@@ -80,8 +80,7 @@ function addPanel(
       connection.setAutoload(next);
       remember('autoload', next);
     },
-    saveClassroom: on => remember('classroom', on),
-    saveWindow: minutes => remember('timeline_window', minutes)
+    saveClassroom: on => remember('classroom', on)
   });
   panel.id = PANEL_ID;
   panel.node.tabIndex = -1;
@@ -139,9 +138,9 @@ async function loadSettings(
     const loaded = await settingRegistry.load(PLUGIN_ID);
     const apply = () => {
       connection.configure(readSettings(loaded));
-      panel.timelineWindow = Number(
-        loaded.get('timeline_window').composite ?? 0
-      );
+      // Only a value the user set: the switch remembers picks in the browser now.
+      const set = loaded.get('timeline_window').user;
+      panel.settingsWindow = typeof set === 'number' ? set : null;
       panel.classroom = loaded.get('classroom').composite === true;
       connection.setAutoload(
         (loaded.get('autoload').composite as string[]) ?? []

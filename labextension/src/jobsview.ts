@@ -12,6 +12,8 @@ import {
   JobState,
   JobTable,
   mapProgressText,
+  spareText,
+  sparesLines,
   STATE_MARK,
   whereText
 } from './jobs';
@@ -29,6 +31,10 @@ export class JobsSection {
     this._list = el('ul', 'jp-KerasMagic-jobList');
     this._list.setAttribute('aria-label', _trans.__('Isolated jobs'));
     this.node.appendChild(this._list);
+    // The pool's warm spares wait with memory of their own: said, with what they hold.
+    this._spares = el('ul', 'jp-KerasMagic-spares');
+    this._spares.setAttribute('aria-label', _trans.__('Warm spares'));
+    this.node.appendChild(this._spares);
   }
 
   readonly node: HTMLElement;
@@ -79,6 +85,8 @@ export class JobsSection {
   ): void {
     const trans = this._trans;
     this._list.textContent = '';
+    this._spares.textContent = '';
+    this._spares.hidden = true;
     this._elapsedNodes.clear();
     const rows = table.rows(Date.now());
     const counts = countJobs(rows);
@@ -119,6 +127,11 @@ export class JobsSection {
     for (const row of rows) {
       this._list.appendChild(this._item(row));
     }
+    const spares = sparesLines(rows, trans);
+    spares.forEach(line =>
+      this._spares.appendChild(el('li', 'jp-KerasMagic-spare', line))
+    );
+    this._spares.hidden = spares.length === 0;
   }
 
   private _stateText(state: JobState, status: string): string {
@@ -205,6 +218,10 @@ export class JobsSection {
     const gpu = el('span', 'jp-KerasMagic-jobGpu', figure.text);
     gpu.title = figure.title;
     meta.appendChild(gpu);
+    const spare = spareText(job, trans);
+    if (spare) {
+      meta.appendChild(el('span', 'jp-KerasMagic-jobSpare', spare));
+    }
     return meta;
   }
 
@@ -220,6 +237,7 @@ export class JobsSection {
 
   private _title: HTMLElement;
   private _list: HTMLElement;
+  private _spares: HTMLElement;
   private _table: JobTable | null = null;
   private _version = -1;
   private _supported: boolean | null = null;

@@ -12,7 +12,7 @@ import { el } from './dom';
 import { formatBytes } from './format';
 import type { IGuardState, IMemoryLimit, ISample } from './protocol';
 import { isUnavailable } from './protocol';
-import { formatClock, IWording } from './timeline';
+import { formatClock, IWording } from './chartgeometry';
 
 /** Where the limit stands: under the guard's warning level, past it, or past its stop level. */
 export type LimitLevel = 'ok' | 'warn' | 'stop';

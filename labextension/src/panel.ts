@@ -24,6 +24,7 @@ import { GpuSection, KerasSection, TfSection } from './frameworks';
 import { allocatorInUse } from './gpu';
 import { HeadlinesSection } from './headlines';
 import { JobsSection } from './jobsview';
+import { LimitSection } from './limit';
 import { NoticeSection } from './notice';
 import { ISample, isNumber } from './protocol';
 import { isGpuDevice, SERIES, sumDevices } from './series';
@@ -31,13 +32,16 @@ import {
   classroomGeometry,
   formatClock,
   ICellRunLike,
+  FIT,
   ISeriesSpec,
   NORMAL_GEOMETRY,
-  Timeline
+  Timeline,
+  WINDOW_CHOICES
 } from './timeline';
 import { el } from './dom';
 import { chartSeries } from './series';
 import { IStoreChange, KernelStore, StorePart } from './store';
+import { initialWindow, savedWindow, saveWindow } from './runswindow';
 
 export namespace KerasMagicPanel {
   export interface IOptions {
@@ -47,8 +51,6 @@ export namespace KerasMagicPanel {
     showCell?: (cellId: string) => Promise<boolean>;
     /** Show a cell run of the timeline: by its cell id, else by its execution count. */
     showRun?: (run: ICellRunLike) => Promise<boolean>;
-    /** The user chose a timeline window: remember it (the settings' `timeline_window`). */
-    saveWindow?: (minutes: number) => void;
     /** Load kerasmagic by itself in new kernels of this notebook path, or stop (settings). */
     saveAutoload?: (path: string, on: boolean) => void;
     /** The user switched classroom mode: remember it (the settings' `classroom`). */
@@ -84,11 +86,18 @@ export class KerasMagicPanel extends Widget {
 
     this._body = el('div', 'jp-KerasMagic-body');
     this._headlines = new HeadlinesSection(trans, this.node);
+    // Under the headlines: host memory free says nothing of a kernel near its own limit.
+    this._limit = new LimitSection({ trans });
     this._timeline = new Timeline({
       trans,
       onRun: run => void this._showRun(run),
-      onWindowChange: minutes => options.saveWindow?.(minutes)
+      onWindowChange: minutes => {
+        this._pickedWindow = minutes;
+        saveWindow(this._storage, minutes);
+      }
     });
+    this._pickedWindow = savedWindow(this._storage, WINDOW_CHOICES);
+    this._applyWindow();
     this._runStatus = el('div', 'jp-KerasMagic-runStatus');
     this._runStatus.setAttribute('role', 'status');
     // Right below the chart: the button stays where it is however long the lists below grow,
@@ -107,6 +116,7 @@ export class KerasMagicPanel extends Widget {
     this._footer = el('div', 'jp-KerasMagic-footer');
     this._body.append(
       this._headlines.node,
+      this._limit.node,
       this._timeline.node,
       this._runStatus,
       this._clearing.node,
@@ -154,9 +164,22 @@ export class KerasMagicPanel extends Widget {
     this._jobs.stopTicker();
   }
 
-  /** The timeline's window (minutes; 0: all the history), as the settings remember it. */
-  set timelineWindow(minutes: number) {
-    this._timeline.windowMinutes = minutes;
+  /**
+   * The window the user set in the settings before the switch remembered picks in the browser
+   * (the old `timeline_window`); null where they set none. Used only where the browser has no pick.
+   */
+  set settingsWindow(minutes: number | null) {
+    this._settingsWindow = minutes;
+    this._applyWindow();
+  }
+
+  /** The user's pick, else "Cell runs" in classroom mode and "All" otherwise (runswindow.ts). */
+  private _applyWindow(): void {
+    this._timeline.windowMinutes = initialWindow(
+      this._pickedWindow ?? this._settingsWindow,
+      this._classroom,
+      FIT
+    );
   }
 
   /** Classroom mode: large type, high-contrast series, a chart that grows with the panel. */
@@ -169,6 +192,7 @@ export class KerasMagicPanel extends Widget {
     this.node.classList.toggle('jp-mod-classroom', on);
     this.node.dataset.classroom = String(on);
     this._classroomButton.setAttribute('aria-pressed', String(on));
+    this._applyWindow();
     this._fitChart();
   }
 
@@ -263,6 +287,7 @@ export class KerasMagicPanel extends Widget {
     hello: [() => this._drawHeader()],
     samples: [
       () => this._headlines.render(this._sample(), this.connection.host),
+      () => this._limit.render(this._sample()),
       () => this._gpu.render(this._sample()),
       () => this._drawFooter(),
       () => this._tf.render(this._sample(), this.connection.latestFacts),
@@ -550,6 +575,7 @@ export class KerasMagicPanel extends Widget {
   private _death: DeathSection;
   private _body: HTMLElement;
   private _headlines: HeadlinesSection;
+  private _limit: LimitSection;
   private _timeline: Timeline;
   private _runStatus: HTMLElement;
   private _clearing: ClearSection;
@@ -560,6 +586,10 @@ export class KerasMagicPanel extends Widget {
   private _keras: KerasSection;
   private _jobs: JobsSection;
   private _footer: HTMLElement;
+  private _storage = typeof window !== 'undefined' ? window.localStorage : null;
+  /** The window the user picked on the switch (kept in the browser), or null. */
+  private _pickedWindow: number | null = null;
+  private _settingsWindow: number | null = null;
   private _showRunCallback?: (run: ICellRunLike) => Promise<boolean>;
   private _saveAutoload?: (path: string, on: boolean) => void;
   private _resize: ResizeObserver;

@@ -28,6 +28,7 @@ import {
   windowRange,
   WINDOWS_MIN
 } from './chartgeometry';
+import { RUNS, runsRange } from './runswindow';
 import { el, svg } from './dom';
 import { IPoint } from './history';
 import {
@@ -43,6 +44,34 @@ import {
 } from './timelinelayers';
 
 export * from './chartgeometry';
+
+/** The window switch's choices: "Cell runs" (`RUNS`), then "All" (`FIT`) and the minutes. */
+export const WINDOW_CHOICES = [RUNS, ...WINDOWS_MIN];
+
+/** A window's button: `Cell runs`, `All`, `5 min`. */
+function windowText(trans: IWording, minutes: number): string {
+  if (minutes === RUNS) {
+    return trans.__('Cell runs');
+  }
+  return minutes === FIT ? trans.__('All') : trans.__('%1 min', minutes);
+}
+
+/** What a window's button shows, as its hover says it. */
+function windowTitle(trans: IWording, minutes: number): string {
+  if (minutes === RUNS) {
+    return trans.__(
+      'Fit the latest cell runs (runs under 2 minutes apart), not the idle time since'
+    );
+  }
+  return minutes === FIT
+    ? trans.__('Show all the history the sidebar has of this kernel')
+    : trans._n(
+        'Show the last minute',
+        'Show the last %1 minutes',
+        minutes,
+        minutes
+      );
+}
 
 export namespace Timeline {
   export interface IOptions {
@@ -111,23 +140,15 @@ export class Timeline {
     const switcher = el('div', 'jp-KerasMagic-window');
     switcher.setAttribute('role', 'group');
     switcher.setAttribute('aria-label', trans.__('Time window'));
-    for (const minutes of WINDOWS_MIN) {
+    for (const minutes of WINDOW_CHOICES) {
       const button = el(
         'button',
         'jp-KerasMagic-windowButton',
-        minutes === FIT ? trans.__('All') : trans.__('%1 min', minutes)
+        windowText(trans, minutes)
       );
       button.type = 'button';
       button.dataset.minutes = String(minutes);
-      button.title =
-        minutes === FIT
-          ? trans.__('Show all the history the sidebar has of this kernel')
-          : trans._n(
-              'Show the last minute',
-              'Show the last %1 minutes',
-              minutes,
-              minutes
-            );
+      button.title = windowTitle(trans, minutes);
       button.addEventListener('click', () => {
         this._windowMin = minutes;
         this._onWindow(minutes);
@@ -173,9 +194,9 @@ export class Timeline {
     return this._windowMin;
   }
 
-  /** Show this window (the remembered choice, read from the settings). */
+  /** Show this window (the remembered choice, or the mode's default). */
   set windowMinutes(minutes: number) {
-    if (WINDOWS_MIN.includes(minutes) && minutes !== this._windowMin) {
+    if (WINDOW_CHOICES.includes(minutes) && minutes !== this._windowMin) {
       this._windowMin = minutes;
       this._draw();
     }
@@ -207,11 +228,18 @@ export class Timeline {
 
   // ---- drawing --------------------------------------------------------------------------
 
+  /** The window's times; "Cell runs" before any run shows what "All" shows. */
   private _range(): [number, number] {
-    return windowRange(
-      this._windowMin,
-      this._data?.now ?? 0,
-      this._data?.since ?? null
+    const now = this._data?.now ?? 0;
+    const fitted =
+      this._windowMin === RUNS ? runsRange(this._data?.runs ?? [], now) : null;
+    return (
+      fitted ??
+      windowRange(
+        this._windowMin === RUNS ? FIT : this._windowMin,
+        now,
+        this._data?.since ?? null
+      )
     );
   }
 
@@ -231,7 +259,6 @@ export class Timeline {
 
   /** The window's buttons, the chart's size and its accessible name. */
   private _drawFrame(): void {
-    const trans = this._trans;
     this._windowButtons.forEach(button =>
       button.setAttribute(
         'aria-pressed',
@@ -250,19 +277,30 @@ export class Timeline {
     this.node.dataset.geometry =
       g.fontPx === NORMAL_GEOMETRY.fontPx ? 'normal' : 'large';
     const [from, to] = this._range();
-    root.setAttribute(
-      'aria-label',
-      this._windowMin === FIT
-        ? trans.__(
-            'Memory timeline of this kernel, all %1 the sidebar has',
-            formatSpan(to - from)
-          )
-        : trans._n(
-            'Memory timeline of this kernel, last minute',
-            'Memory timeline of this kernel, last %1 minutes',
-            this._windowMin,
-            this._windowMin
-          )
+    root.setAttribute('aria-label', this._chartName(from, to));
+  }
+
+  /** The chart's accessible name: which window it shows. */
+  private _chartName(from: number, to: number): string {
+    const trans = this._trans;
+    if (this._windowMin === RUNS) {
+      return trans.__(
+        'Memory timeline of this kernel, its cell runs from %1 to %2',
+        formatClock(from),
+        formatClock(to)
+      );
+    }
+    if (this._windowMin === FIT) {
+      return trans.__(
+        'Memory timeline of this kernel, all %1 the sidebar has',
+        formatSpan(to - from)
+      );
+    }
+    return trans._n(
+      'Memory timeline of this kernel, last minute',
+      'Memory timeline of this kernel, last %1 minutes',
+      this._windowMin,
+      this._windowMin
     );
   }
 
@@ -321,7 +359,7 @@ export class Timeline {
       scale.width
     );
     drawMarks(root, groups, scale, kind => markText(trans, kind));
-    drawAxisLabels(root, scale, trans);
+    drawAxisLabels(root, scale, trans, this._windowMin === RUNS);
     this._cursorLayer = svg('g', { class: 'jp-KerasMagic-cursor' }, root);
     this._visible = visible;
     this._renderLegend(drawn.map(s => s.spec));

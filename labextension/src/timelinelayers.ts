@@ -25,6 +25,7 @@ import {
 } from './chartgeometry';
 import { svg } from './dom';
 import { IPoint } from './history';
+import { guardMarkText } from './limit';
 
 /** A series with its points inside the window. */
 export interface IVisibleSeries {
@@ -315,13 +316,15 @@ export function drawMarks(
 }
 
 /**
- * The byte ticks' and the CPU strip's labels in the gutter, and the time axis' two ends.
- * A tick's label sits just below its line, the strip's name and top on two lines.
+ * The byte ticks' and the CPU strip's labels in the gutter (a tick's label just below its
+ * line, the strip's name and top on two lines), and the time axis' two ends: `−5 min` and
+ * `now`, or with `clockEnds` (the "Cell runs" window, which need not end now) their times.
  */
 export function drawAxisLabels(
   root: SVGElement,
   scale: IChartScale,
-  trans: IWording
+  trans: IWording,
+  clockEnds = false
 ): void {
   const { g, yBytes, width, height, left } = scale;
   const labels = svg('g', { class: 'jp-KerasMagic-axisLabels' }, root);
@@ -335,7 +338,6 @@ export function drawAxisLabels(
     .forEach((tick, i) => label(texts.ticks[i], 0, yBytes(tick) + g.fontPx));
   label(texts.cpu[0], 0, scale.stripTop + g.fontPx - 1);
   label(texts.cpu[1], 0, scale.stripTop + 2 * g.fontPx);
-  label('−' + formatSpan(scale.to - scale.from), left, height - 2);
   if (scale.countTop) {
     // A count's own scale, at the right so it is not read as bytes.
     label(
@@ -345,12 +347,18 @@ export function drawAxisLabels(
       'end'
     );
   }
+  if (clockEnds) {
+    label(formatClock(scale.from), left, height - 2);
+    label(formatClock(scale.to), width, height - 2, 'end');
+    return;
+  }
+  label('−' + formatSpan(scale.to - scale.from), left, height - 2);
   label(trans.__('now'), width, height - 2, 'end');
 }
 
 // ---- the chart's words --------------------------------------------------------------------
 
-/** A mark's kind in words: `restart`, `died`, `clear`, `fresh model`. */
+/** A mark's kind in words: `restart`, `died`, `clear`, `fresh model`, the guard's (limit.ts). */
 export function markText(trans: IWording, kind: string): string {
   switch (kind) {
     case 'restart':
@@ -362,7 +370,7 @@ export function markText(trans: IWording, kind: string): string {
     case 'fresh_model':
       return trans.__('fresh model');
     default:
-      return kind;
+      return guardMarkText(kind, trans) ?? kind;
   }
 }
 

@@ -1,24 +1,63 @@
 """The sidebar as a classroom uses it, in a real JupyterLab and headless Chromium: the chart
-fits a short lesson's history and remembers the window chosen, marks made together are drawn
-as one counted mark, a failed cell is drawn in the error colour, an empty state loads
-kerasmagic with one click, the open command's shortcut puts the focus in the panel, and each
-headline is one labelled figure for a screen reader."""
+fits a short lesson's history, fits its cell runs in classroom mode however long the class
+then talks, and remembers the window chosen; marks made together are drawn as one counted
+mark, a failed cell is drawn in the error colour, the memory limit and the guard's warning and
+stop are rows and marks of their own, an empty state loads kerasmagic with one click, the open
+command's shortcut puts the focus in the panel, and each headline is one labelled figure for a
+screen reader."""
 
 import re
 import time
 
 import pytest
 
-from .conftest import run_cell, wait_kernel_ready
+from .conftest import run_cell, wait_idle, wait_kernel_ready
 from .test_timeline import SIDEBAR, _chart, _open, _run_and_wait
 
 pytestmark = pytest.mark.ui
 
 CELLS = [
     "%load_ext kerasmagic",
+    "import time\ntime.sleep(12)  # the lesson's training, as long as the narrowest window",
     "from kerasmagic import events\nfor _ in range(3):\n    events.publish('clear_tf', {'freed_rss_bytes': 1})",
     "raise ValueError('a cell that fails')",
+    # After the Run All (which stops at the error): a limit just above the kernel's use, and a
+    # cell that grows past it, which the guard warns about and stops (issue 33, item 7).
+    "import kerasmagic\nfrom kerasmagic.probes.process import rss_bytes\n"
+    "kerasmagic.set_memory_limit(rss_bytes() + 200 * 2**20)",
+    "import time\ngrown = []\nfor _ in range(60):\n    grown.append(b'x' * (16 << 20))\n    time.sleep(0.2)",
 ]
+SET_LIMIT, GROW = 4, 5
+IDLE_S = 15
+
+
+def _runs_cover(page) -> float:
+    """The share of the chart's width from the first cell span's left edge to the last one's right."""
+    return page.evaluate(f"""() => {{
+        const svg = document.querySelector('{SIDEBAR} svg.jp-KerasMagic-chart');
+        const fills = [...svg.querySelectorAll('.jp-KerasMagic-spanFill')];
+        const left = Math.min(...fills.map(r => Number(r.getAttribute('x'))));
+        const right = Math.max(...fills.map(r => Number(r.getAttribute('x')) + Number(r.getAttribute('width'))));
+        return fills.length ? (right - left) / svg.viewBox.baseVal.width : 0;
+    }}""")
+
+
+def _check_limit_rows(page) -> None:
+    """The limit's rows after the guard stopped the growing cell: what counts against the limit and
+    the percentage, the headroom with the guard's levels, whose limit, and the stop with its cell."""
+    rows = page.evaluate(f"""() => {{
+        const node = document.querySelector("{SIDEBAR} [data-section='limit']");
+        const text = cls => node.querySelector('.jp-KerasMagic-' + cls).textContent;
+        return {{level: node.dataset.level, pct: Number(node.dataset.usedPct), headline: text('limitHeadline'),
+                 headroom: text('limitHeadroom'), where: text('limitWhere'), guard: text('limitGuard')}};
+    }}""")
+    assert re.fullmatch(r"Memory limit: [\d.]+ (MiB|GiB) of [\d.]+ (MiB|GiB) \(\d+ %\)", rows["headline"]), rows
+    assert rows["pct"] >= 85 and rows["level"] in ("warn", "stop"), rows
+    assert rows["headroom"].endswith("headroom · the guard warns at 85 %, stops at 95 %"), rows
+    assert rows["where"].startswith("your limit: "), rows
+    grow_count = page.evaluate(f"() => window.jupyterapp.shell.currentWidget.content.widgets[{GROW}].model.executionCount")
+    assert re.fullmatch(rf"Guard stopped cell \[{grow_count}\] at [\d.]+ (MiB|GiB) \(\d+ %\), \d\d:\d\d:\d\d",
+                        rows["guard"]), rows
 
 
 def _fill(page, selector: str) -> str:
@@ -33,10 +72,12 @@ def test_the_sidebar_in_a_short_lesson(lab, page, artifacts):
     page.wait_for_selector(f"{SIDEBAR}[data-state='connected'][data-sample-seq]", timeout=90_000)
     assert page.evaluate("() => window.jupyterapp.shell.currentWidget.content.widgets[0].model.executionCount") is None
 
-    time.sleep(12)  # a lesson's first seconds: more than the narrowest window
-    _run_and_wait(page, 1)
-    _run_and_wait(page, 2)
-    page.wait_for_selector(f"{SIDEBAR} .jp-KerasMagic-span[data-status='error']", timeout=30_000)
+    time.sleep(4)  # a lesson's first seconds
+    # Run All, as a class does: it stops at the failing cell.
+    page.evaluate("() => void window.jupyterapp.commands.execute('notebook:run-all-cells')")
+    page.wait_for_selector(f"{SIDEBAR} .jp-KerasMagic-span[data-status='error']", timeout=90_000)
+    wait_idle(page)
+    ran_at = time.monotonic()
     page.wait_for_selector(f"{SIDEBAR} .jp-KerasMagic-mark[data-count='3']", timeout=30_000)
     chart = _chart(page)
     # A few seconds of history fill the chart: the 'All' window, and the RSS line spans most
@@ -82,6 +123,21 @@ def test_the_sidebar_in_a_short_lesson(lab, page, artifacts):
     }}""")
     assert order, "the Clear session button comes before the Keras section"
 
+    # Classroom mode, no window picked yet: "Cell runs". After the Run All and the class's
+    # talk, the runs still fill the chart ("All" would squeeze them into its right third).
+    page.click(f"{SIDEBAR} .jp-KerasMagic-classroomToggle")
+    time.sleep(max(0.0, ran_at + IDLE_S - time.monotonic()))
+    page.wait_for_function(f"() => document.querySelector('{SIDEBAR} .jp-KerasMagic-timeline').dataset.window === '-1'")
+    assert page.get_attribute(f"{SIDEBAR} .jp-KerasMagic-windowButton[data-minutes='-1']", "aria-pressed") == "true"
+    assert page.text_content(f"{SIDEBAR} .jp-KerasMagic-windowButton[data-minutes='-1']") == "Cell runs"
+    label = _chart(page)["label"]
+    assert re.fullmatch(r"Memory timeline of this kernel, its cell runs from \d\d:\d\d:\d\d to \d\d:\d\d:\d\d", label), label
+    covered = _runs_cover(page)
+    assert covered >= 0.75, f"the cell runs fill {covered:.0%} of the chart after {IDLE_S} s idle"
+    page.locator(SIDEBAR).screenshot(path=str(artifacts / "sidebar-classroom-cell-runs.png"))
+    page.click(f"{SIDEBAR} .jp-KerasMagic-classroomToggle")
+    page.wait_for_function(f"() => document.querySelector('{SIDEBAR} .jp-KerasMagic-timeline').dataset.window === '0'")
+
     # The window chosen is remembered: after a reload the chart shows the last minute again.
     page.click(f"{SIDEBAR} .jp-KerasMagic-windowButton[data-minutes='1']")
     assert _chart(page)["label"] == "Memory timeline of this kernel, last minute"
@@ -92,6 +148,21 @@ def test_the_sidebar_in_a_short_lesson(lab, page, artifacts):
     page.evaluate("() => window.jupyterapp.shell.activateById('kerasmagic-sidebar')")
     page.wait_for_selector(f"{SIDEBAR}[data-state='connected'][data-sample-seq]", timeout=90_000)
     assert _chart(page)["window"] == "1"
+
+    # The limit and the guard: rows under the headlines, marks on the chart (issue 33, item 7:
+    # a kernel near its limit showed only the host's free memory).
+    _run_and_wait(page, SET_LIMIT)
+    page.wait_for_selector(f"{SIDEBAR} [data-section='limit'][data-source='user']:not([hidden])", timeout=30_000)
+    _run_and_wait(page, GROW, timeout_s=120)
+    page.wait_for_selector(f"{SIDEBAR} .jp-KerasMagic-limitGuard[data-kind='guard_stop']:not([hidden])",
+                           timeout=30_000)
+    _check_limit_rows(page)
+    page.wait_for_function(f"""() => [...document.querySelectorAll('{SIDEBAR} .jp-KerasMagic-mark title')]
+        .some(t => t.textContent.includes('memory guard stopped the cell'))""", timeout=30_000)
+    titles = page.eval_on_selector_all(f"{SIDEBAR} .jp-KerasMagic-mark title", "ts => ts.map(t => t.textContent)")
+    said = "\n".join(titles)
+    assert "memory guard warned" in said and "guard_" not in said, titles
+    page.locator(SIDEBAR).screenshot(path=str(artifacts / "sidebar-memory-guard.png"))
 
     # The shortcut opens the panel with the focus in it, from the notebook.
     page.evaluate("() => window.jupyterapp.shell.collapseRight()")

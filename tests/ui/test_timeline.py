@@ -216,6 +216,16 @@ def test_timeline_during_a_fit_and_a_click_on_a_cell_span(lab, page, artifacts):
     # Facts read on the main thread say which cell they are as of.
     as_of = sidebar.locator("[data-section='keras'] .jp-KerasMagic-asOf").text_content()
     assert re.fullmatch(r"as of cell \[2\], \d\d:\d\d:\d\d", as_of), as_of
+    # ... at the time cell [2] ended (the kernel's cell_ended_ts), not when the facts were read.
+    ended = page.evaluate("""() => {
+        const facts = [...window.jupyterapp.shell.widgets('right')]
+            .find(w => w.id === 'kerasmagic-sidebar').connection.latestFacts;
+        const ts = facts.cell_ended_ts;
+        if (typeof ts !== 'number') { return null; }
+        const d = new Date(ts * 1000);
+        return [d.getHours(), d.getMinutes(), d.getSeconds()].map(p => String(p).padStart(2, '0')).join(':');
+    }""")
+    assert ended is not None and as_of == f"as of cell [2], {ended}", (as_of, ended)
     assert sidebar.locator("[data-section='keras'] .jp-KerasMagic-subTitle").text_content() == "Live models (1)"
     counters = sidebar.locator("[data-section='keras'] .jp-KerasMagic-counters").text_content()
     assert "dense" in counters and "no layers" not in counters.lower(), counters

@@ -7,6 +7,7 @@ import { readFixture } from './fixtures';
 import { guardEventText, guardMarkText, limitLevel, limitView } from '../limit';
 import { IMemoryLimit, ISample, validate } from '../protocol';
 import { formatClock, IWording } from '../timeline';
+import { markText } from '../timelinelayers';
 
 const fill = (msgid: string, args: any[]) =>
   msgid.replace(/%(\d+)/g, (_, n) => String(args[Number(n) - 1]));
@@ -71,6 +72,9 @@ describe('limitView', () => {
       'memory guard stopped the cell'
     );
     expect(guardMarkText('clear_tf', trans)).toBeNull();
+    // The timeline labels its marks with these words, not the event's kind.
+    expect(markText(trans, 'guard_warning')).toBe('memory guard warned');
+    expect(markText(trans, 'clear_tf')).toBe('clear');
   });
 
   it('has nothing to say for an older kernel or an unreadable limit', () => {
