@@ -334,6 +334,8 @@ export class Timeline {
       counts
     );
     this._left = scale.left;
+    // Where the plot starts, right of the axis labels' gutter (the browser tests read it).
+    this.node.dataset.plotLeft = String(scale.left);
     // Laid out on the plot's width, right of the axis labels' gutter.
     this._spans = layoutSpans(
       data.runs,

@@ -32,13 +32,15 @@ IDLE_S = 15
 
 
 def _runs_cover(page) -> float:
-    """The share of the chart's width from the first cell span's left edge to the last one's right."""
+    """The share of the plot's width (the chart's, less the axis labels' gutter on its left) from the
+    first cell span's left edge to the last one's right."""
     return page.evaluate(f"""() => {{
         const svg = document.querySelector('{SIDEBAR} svg.jp-KerasMagic-chart');
+        const plotLeft = Number(svg.closest('.jp-KerasMagic-timeline').dataset.plotLeft);
         const fills = [...svg.querySelectorAll('.jp-KerasMagic-spanFill')];
         const left = Math.min(...fills.map(r => Number(r.getAttribute('x'))));
         const right = Math.max(...fills.map(r => Number(r.getAttribute('x')) + Number(r.getAttribute('width'))));
-        return fills.length ? (right - left) / svg.viewBox.baseVal.width : 0;
+        return fills.length ? (right - left) / (svg.viewBox.baseVal.width - plotLeft) : 0;
     }}""")
 
 
