@@ -305,14 +305,26 @@ export function drawAxisLabels(
     svg('text', { x: lx, y: ly, 'text-anchor': anchor }, labels).textContent =
       text;
   };
+  // The left labels lie over the plot: a backing under each, so that the RSS and CPU lines
+  // pass under the text instead of through it (issue 31, item 5).
+  const backed = (text: string, top: number) => {
+    svg(
+      'rect',
+      {
+        class: 'jp-KerasMagic-axisBacking',
+        x: 0,
+        y: top,
+        width: text.length * g.charPx + 4,
+        height: g.fontPx + 3
+      },
+      labels
+    );
+    label(text, 2, top + g.fontPx);
+  };
   scale.ticks
     .slice(1)
-    .forEach(tick => label(formatTick(tick), 2, yBytes(tick) + g.fontPx));
-  label(
-    trans.__('CPU %1', formatPct(scale.cpuTop)),
-    2,
-    scale.stripTop + g.fontPx - 1
-  );
+    .forEach(tick => backed(formatTick(tick), yBytes(tick) + 1));
+  backed(trans.__('CPU %1', formatPct(scale.cpuTop)), scale.stripTop);
   if (scale.countTop) {
     // A count's own scale, at the right so it is not read as bytes.
     label(
