@@ -11,14 +11,21 @@ __all__ = ['KerasMagicUsageError', 'KernelMemoryLimitError', 'KernelMemoryLimitI
 
 
 class KerasMagicUsageError(ValueError):
-    """Bad input from the user; the message says what to do instead.
+    """Bad input from the user; the message says what to do instead. In IPython it shows as that
+    one line (``_render_traceback_``), not as a traceback through kerasmagic's checks: the magics
+    say it as a ``UsageError``, the Python API the same way.
 
     Example:
         >>> raise KerasMagicUsageError("no variable named 'modle'; %who lists your variables")
         Traceback (most recent call last):
         ...
         kerasmagic.errors.KerasMagicUsageError: no variable named 'modle'; %who lists your variables
+        >>> KerasMagicUsageError("say what to do")._render_traceback_()
+        ['KerasMagicUsageError: say what to do']
     """
+
+    def _render_traceback_(self) -> list[str]:
+        return [f"{type(self).__name__}: {self}"]
 
 
 class _ArmedStop:

@@ -73,10 +73,10 @@ def _tell_the_sidebar(death: dict, explanation: str) -> None:
         return
     cell = death.get("cell")
     number = cell.get("execution_count") if isinstance(cell, dict) else None
-    died = death.get("updated_ts")
+    died, _ = postmortem.death_time(death)  # the time the sentence tells: the banner tells the same
     live.note_previous_death({
         "method": "postmortem", "ts": time.time(),
-        "died_ts": float(died) if isinstance(died, (int, float)) else None,
+        "died_ts": died,
         "execution_count": number if isinstance(number, int) else None,
         "text": explanation,
     })

@@ -1,8 +1,10 @@
 """The memory guard: a running cell is stopped with an exception before the OOM killer ends the kernel.
 
 While kerasmagic is loaded in a kernel, a small daemon thread (:data:`THREAD_NAME`) reads the
-kernel's RSS once a second (ten times a second above :data:`FAST_PCT` of the limit) and
-compares it with :func:`kerasmagic.limits.memory_limit`. Past the warning level (85 %
+kernel's memory (its RSS, plus tmpfs the cgroup counts that is in no RSS) once a second between
+cells (ten times a second above :data:`FAST_PCT` of the limit), at least every
+:data:`CELL_INTERVAL_S` while a cell runs and faster when the growth rate says the stop level is
+near, and compares it with :func:`kerasmagic.limits.memory_limit`. Past the warning level (85 %
 by default) the running cell's output gets one line; past the stop level (95 %) the running
 cell gets a :class:`~kerasmagic.errors.KernelMemoryLimitError` (a ``MemoryError``) raised in
 the main thread through ``PyThreadState_SetAsyncExc``: the kernel and every variable survive.
@@ -23,11 +25,11 @@ What it can and cannot stop (issue 33):
   call (TensorFlow's own, a ``tf.data`` pipeline), and child processes cannot be stopped: the
   guard then only warns, and the OOM killer may still act.
 
-A false reading must never stop a cell: the guard reads RSS (``/proc/self/statm``), never the
-cgroup's usage, which counts page cache; it acts only on two consecutive readings past a level
-(the second :data:`CONFIRM_S` after the first), only while a cell runs, only when that cell
-itself grew by :data:`GROWTH_BYTES` or more (a kernel already near the limit can still run
-``del x``), and at most once per cell.
+A false reading must never stop a cell: the guard reads RSS (``/proc/self/statm``) and tmpfs,
+never the cgroup's usage, which counts page cache; it acts only on two consecutive readings past
+a level (the second :data:`CONFIRM_S` after the first), only while a cell runs, only when that
+cell itself grew by :data:`GROWTH_BYTES` or more (a kernel already near the limit can still run
+``del x``), and stops a cell again only when it grew on after a stop it caught.
 
 Each reading also goes to the kernel's post-mortem record (:mod:`kerasmagic.postmortem`).
 """
@@ -103,8 +105,17 @@ class GuardSettings:
         return {"enabled": self.enabled, "warn_pct": self.warn_pct, "stop_pct": self.stop_pct}
 
 
+_OFF_WORDS = ("off", "0", "false", "no")
+_ON_WORDS = ("", "on", "1", "true", "yes")
+
+
 def _initial_settings() -> GuardSettings:
-    return GuardSettings(enabled=os.environ.get(ENV_VAR, "").strip().lower() not in ("off", "0", "false", "no"))
+    value = os.environ.get(ENV_VAR, "")
+    if value.strip().lower() not in _OFF_WORDS + _ON_WORDS:
+        # Bad input gets one line: a typo must not switch the guard off, nor pass unsaid.
+        print(f"kerasmagic: {ENV_VAR}={value!r} is neither on nor off; the memory guard is on ({ENV_VAR}=off "
+              "starts kernels with it off)", file=sys.stderr)
+    return GuardSettings(enabled=value.strip().lower() not in _OFF_WORDS)
 
 
 _settings_lock = threading.Lock()
@@ -188,6 +199,9 @@ def raise_hint(limit: MemoryLimit) -> str:
 
     Example:
         >>> from kerasmagic.limits import MemoryLimit
+        >>> print(raise_hint(MemoryLimit(2**30, "user", "set by you", 0, {})))  # off is not "no limit"
+        raise the limit (%tf_mem --limit 2GiB; --limit off drops yours and goes back to the environment's, the
+        cgroup's or the host's)
         >>> raise_hint(MemoryLimit(2**30, "environment", "KERASMAGIC_MEMORY_LIMIT=1GiB", 0, {}))
         'raise the limit (%tf_mem --limit 2GiB overrides KERASMAGIC_MEMORY_LIMIT=1GiB)'
         >>> raise_hint(MemoryLimit(2**30, "cgroup", "cgroup v1 /k", 0, {}))
@@ -250,8 +264,10 @@ def _landing_words(thread_ident: int) -> str:
     if frame is None:
         return ""
     code = frame.f_code
-    return (f"; raised in {code.co_name} ({os.path.basename(code.co_filename)}, line {frame.f_lineno}): the rest of "
-            "that code did not run, a finally block there included")
+    # A stop inside a try block lets its finally run; one inside the finally block itself skips the
+    # rest of that block. Which of the two is not known from outside: the line is named.
+    return (f"; raised in {code.co_name} ({os.path.basename(code.co_filename)}, line {frame.f_lineno}): if that "
+            "line is in a finally block, the rest of that block did not run")
 
 
 def _is_import_frame(code: Any) -> bool:

@@ -49,7 +49,7 @@ from .probes.cgroup import memory_cgroup
 from .tables import format_bytes
 
 __all__ = ['DIR_ENV_VAR', 'KEEP_RECORDS', 'KEEP_SAMPLES', 'MAX_AGE_S', 'MAX_RECORD_BYTES', 'KernelRecord',
-           'explain', 'forget', 'notebook_identity', 'previous_deaths', 'record_folder', 'sweep']
+           'death_time', 'explain', 'forget', 'notebook_identity', 'previous_deaths', 'record_folder', 'sweep']
 
 logger = logging.getLogger(__name__)
 
@@ -472,6 +472,23 @@ def _cause(death: dict[str, Any] | None, figure: str, limit: Any) -> str:
             f"read{reading}")
 
 
+def death_time(record: dict[str, Any]) -> tuple[float | None, bool]:
+    """When the kernel died, and whether its watcher saw it (else: its record's last write, the
+    last sign of life). The one time both the post-mortem's sentence and the sidebar's banner
+    tell (issue 33, item 9: one death was shown at 02:00:02 and 01:59:59).
+
+    Example:
+        >>> death_time({"updated_ts": 10.0, "death": {"died_ts": 12.5}}), death_time({"updated_ts": 10.0})
+        ((12.5, True), (10.0, False))
+    """
+    death = record.get("death")
+    died = death.get("died_ts") if isinstance(death, dict) else None
+    if isinstance(died, (int, float)) and not isinstance(died, bool):
+        return float(died), True
+    last = record.get("updated_ts")
+    return (float(last), False) if isinstance(last, (int, float)) and not isinstance(last, bool) else (None, False)
+
+
 def explain(record: dict[str, Any]) -> str:
     """One sentence: when the kernel died, which cell ran, and why, as far as the evidence says.
 
@@ -487,9 +504,10 @@ def explain(record: dict[str, Any]) -> str:
         The previous kernel of this notebook died at ...:00 while cell [12] ran (`x = big()`): killed with SIGKILL, ...
     """
     death = record.get("death") if isinstance(record.get("death"), dict) else None
-    died = death.get("died_ts") if death else None
-    when = f"died at {_clock(died)}" if isinstance(died, (int, float)) else \
-        f"died after {_clock(record.get('updated_ts'))} (its last sign of life)"
+    moment, witnessed = death_time(record)
+    died = moment if witnessed else None
+    when = "died" if moment is None else f"died at {_clock(moment)}" if witnessed else \
+        f"died after {_clock(moment)} (its last sign of life)"
     cell = record.get("cell")
     if isinstance(cell, dict):
         first = str(cell.get("first_line") or "").replace("`", "'")

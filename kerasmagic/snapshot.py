@@ -59,9 +59,11 @@ def jax_advice(stats: dict[str, Any], preallocation: str) -> tuple[str, str]:
     else:
         why = "pool − in use"
     if story == "preallocated":
-        remedy = ("XLA_PYTHON_CLIENT_PREALLOCATE=false (or XLA_PYTHON_CLIENT_MEM_FRACTION=.25) takes only what is "
-                  "used, but only if set before JAX starts: restart the kernel with it set, or run the work with "
-                  "%%fresh_model --isolate.")
+        # A fraction is no remedy for held memory: XLA_PYTHON_CLIENT_MEM_FRACTION=.25 preallocates that
+        # share up front, unused or not; only no preallocation takes what is used (background.md).
+        remedy = ("XLA_PYTHON_CLIENT_PREALLOCATE=false takes only what is used (XLA_PYTHON_CLIENT_MEM_FRACTION=.25 "
+                  "still preallocates, a quarter of the GPU instead of 75 %), but only if set before JAX starts: "
+                  "restart the kernel with it set, or run the work with %%fresh_model --isolate.")
     elif story == "preallocated_off_now":
         remedy = (f"The environment now has {named}, but the pool is JAX's whole limit, so that was set after JAX "
                   f"started and only a new process reads it: {_NEW_PROCESS}")

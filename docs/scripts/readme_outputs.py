@@ -1,10 +1,17 @@
 """The README's tour outputs, produced by the current code in a real ``InteractiveShell``.
 
-The README shows one output per command of its five-minute tour. They are never typed by hand:
-this script runs the tour's cells (a small Keras model on random data, CPU) and prints, writes
-or checks each output; ``tests/docs/test_readme.py`` fails when the README's copy no longer
-matches what the code prints now, numbers masked (they vary from run to run and machine to
-machine).
+The README shows one output per command of its five-minute tour, and what its memory section
+says happens when memory runs out. They are never typed by hand: this script runs the tour's
+cells (a small Keras model on random data, CPU) and prints, writes or checks each output;
+``tests/docs/test_readme_outputs.py`` fails when the README's copy no longer matches what the
+code prints now, numbers masked (they vary from run to run and machine to machine).
+
+The memory section's outputs are real too: the guard stops a growing cell in the tour's shell
+(under a limit set just above its use), and two processes that keep a kernel's post-mortem
+record, with its watcher, die in a 256 MiB memory cgroup made for them, one by the real
+out-of-memory killer and one by SIGKILL between cells, and are told as the notebook's next
+kernel tells them. The cgroup needs root and cgroup v1's memory controller; elsewhere those two
+outputs are not made, and the script says why.
 
 Run it from the repository root with the package's test extras installed::
 
@@ -18,10 +25,16 @@ In README.md each output is the code block after a ``<!-- readme-output: NAME --
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
+import signal
+import subprocess
 import sys
+import tempfile
+import time
+import uuid
 from pathlib import Path
 
 from IPython.core.interactiveshell import InteractiveShell
@@ -29,6 +42,9 @@ from IPython.utils.capture import capture_output
 from traitlets.config import Config
 
 import kerasmagic
+from kerasmagic import death_watch, guard, postmortem
+from kerasmagic.probes import Unavailable
+from kerasmagic.probes.cgroup import memory_cgroup
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
@@ -57,18 +73,49 @@ TOUR = [
     ("cells", "%tf_mem --cells",
      [("Cells that grew on each of their last 3+ re-runs (flagged from the 4th run on)", None)]),
     ("who", "%tf_mem --who",
-     [("Process", r"^  RSS"), ("TensorFlow", r"CPU:0 in use"),
+     [("Process", r"^  RSS"),
       ("Models, arrays, tables and graphs, largest first", r"ndarray|'sequential_4'|'sequential'")]),
     ("clear", "%clear_tf histories model",
-     [("Steps", r"purge|malloc"), ("Result", None), ("Still held", None)]),
+     [("Steps", r"malloc"), ("Result", None), ("Still held", None)]),
     ("fresh", "%%fresh_model --seed 0\n" + FIT,
-     [("Process", None), ("TensorFlow allocator", None)]),
+     [("Process", None)]),
     ("isolate", "%%fresh_model --isolate\n" + FIT,
-     [("Time", r"waiting|running"), ("Worker process (gone now: all of it was given back)", None),
-      ("Kernel", r"RSS change")]),
+     [("Worker process (gone now: all of it was given back)", r"RSS peak|PSS"), ("Kernel", r"RSS change")]),
 ]
 LEAKY_RUNS = 5
 MARKER = "<!-- readme-output: {} -->"
+#: The memory section's cell: it grows until the guard stops it (the limit is set 300 MiB above use).
+GROW = "for step in range(100):\n    chunks.append(bytearray(16 << 20)); time.sleep(0.05)"
+#: The memory section's outputs, besides the tour's.
+MEMORY = ["stop", "postmortem"]
+#: A process that keeps a kernel's post-mortem record as a kernel with kerasmagic loaded does
+#: (the record, its watcher, the guard's samples), then grows until killed (``grow``) or sleeps
+#: between cells until it is killed with SIGKILL (``wait``). argv: folder, cgroup folder, mode.
+DYING = """\
+import sys, time
+folder, cgroup, mode = sys.argv[1:4]
+with open(cgroup + "/cgroup.procs", "w") as procs:
+    procs.write("0")  # into the cgroup before anything is allocated or started (the watcher too)
+from kerasmagic import postmortem
+from kerasmagic.limits import memory_limit
+record = postmortem.KernelRecord(folder, "readme.ipynb")
+record.watch()
+def sample():
+    limit = memory_limit()
+    record.sample(time.time(), limit.used_bytes, limit.to_dict(), near=True)
+if mode == "grow":
+    record.cell_started(7, "chunks.append(bytearray(16 << 20))")
+    chunks = []
+    while True:
+        chunks.append(bytearray(16 << 20))
+        sample()
+        time.sleep(0.02)
+record.cell_started(8, "x = 1")
+record.cell_ended()
+sample()
+print("between cells", flush=True)
+time.sleep(60)
+"""
 
 
 def repository_url() -> str:
@@ -114,13 +161,99 @@ def run_tour() -> dict[str, str]:
         for name, cell, keep in TOUR:
             if "--isolate" in cell:
                 run(cell)  # the first isolated job starts the template (the frameworks' import)
-            lines = cell.splitlines()
-            prompt = "\n".join(["In: " + lines[0], *("    " + line for line in lines[1:])])
-            outputs[name] = prompt + "\n" + excerpt(run(cell), keep)
+            outputs[name] = _prompt(cell) + "\n" + excerpt(run(cell), keep)
+        outputs["stop"] = _stopped(shell, run)
     finally:
         kerasmagic.shutdown_default_pool()
         run("%unload_ext kerasmagic")
     return outputs
+
+
+def _prompt(cell: str) -> str:
+    lines = cell.splitlines()
+    return "\n".join(["In: " + lines[0], *("    " + line for line in lines[1:])])
+
+
+def _stopped(shell: InteractiveShell, run) -> str:
+    """The guard's stop of GROW, under a limit 300 MiB above the shell's use (its warning, printed
+    before, is left out). The guard starts with a kernel (``%load_ext`` in a notebook); a plain
+    shell has none, so it is started here."""
+    # The limit as KERASMAGIC_MEMORY_LIMIT: the stop's words for it are the shortest.
+    run("import os, time, kerasmagic\nfrom kerasmagic.probes.process import rss_bytes\n"
+        "os.environ['KERASMAGIC_MEMORY_LIMIT'] = f'{rss_bytes() // 2**20 + 300}MiB'\nchunks = []")
+    guard.start(shell)
+    try:
+        with capture_output():
+            result = shell.run_cell(GROW, store_history=True)
+        error = result.error_in_exec
+        if error is None:
+            raise RuntimeError("the guard did not stop the growing cell")
+        return f"{_prompt(GROW)}\n{type(error).__name__}: {error}"
+    finally:
+        guard.stop()
+        run("del chunks, os.environ['KERASMAGIC_MEMORY_LIMIT']")
+
+
+def run_deaths() -> str:
+    """Two deaths in a memory cgroup of their own, as the notebook's next kernel tells them.
+
+    Raises:
+        RuntimeError: no memory cgroup can be made here (not root, no cgroup v1 memory controller).
+    """
+    told = []
+    with _memory_cgroup(256 * 2**20) as cgroup, tempfile.TemporaryDirectory() as folder:
+        for mode in ("grow", "wait"):
+            child = subprocess.Popen([sys.executable, "-c", DYING, folder, cgroup, mode], stdout=subprocess.PIPE,
+                                     text=True)
+            try:
+                if mode == "wait":
+                    if child.stdout is None or child.stdout.readline().strip() != "between cells":
+                        raise RuntimeError("the process that waits between cells did not start")
+                    time.sleep(1.5)  # its last reading, a second and more before the kill
+                    os.kill(child.pid, signal.SIGKILL)
+                deadline = time.monotonic() + 60
+                # Not reaped before the watcher has read its exit status (a zombie's /proc/<pid>/stat).
+                while not any(name.endswith(".death") for name in os.listdir(folder)):
+                    if time.monotonic() > deadline:
+                        raise RuntimeError(f"the {mode} process's watcher wrote nothing within 60 s")
+                    time.sleep(0.05)
+                deaths = postmortem.previous_deaths(folder, "readme.ipynb")
+                told.append("kerasmagic: " + postmortem.explain(deaths[0]))
+                for death in deaths:
+                    postmortem.forget(death["path"])
+                    with contextlib.suppress(OSError):
+                        os.unlink(death_watch.death_path(death["path"]))
+            finally:
+                child.kill()
+                child.wait()
+    return "\n".join(told)
+
+
+@contextlib.contextmanager
+def _memory_cgroup(limit_bytes: int):
+    """A cgroup v1 memory child of this process's own, with ``limit_bytes``; removed after."""
+    memory = memory_cgroup()
+    if os.geteuid() != 0 or isinstance(memory, Unavailable) or memory.version != 1:
+        raise RuntimeError("the post-mortem's outputs need root and a cgroup v1 memory controller (CI has both)")
+    parent = os.path.dirname(memory.oom_kill_file)
+    folder = os.path.join(parent, f"kerasmagic-readme-{uuid.uuid4().hex[:8]}")
+    os.mkdir(folder)
+    try:
+        Path(folder, "memory.limit_in_bytes").write_text(str(limit_bytes))
+        yield folder
+    finally:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                os.rmdir(folder)
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                for pid in Path(folder, "cgroup.procs").read_text().split():
+                    with contextlib.suppress(OSError):
+                        Path(parent, "cgroup.procs").write_text(pid)
+                time.sleep(0.2)
 
 
 def excerpt(report: str, keep: list[tuple[str, str | None]]) -> str:
@@ -193,6 +326,12 @@ def main() -> None:
     mode.add_argument("--json", action="store_true", help="print {name: output} as JSON")
     args = parser.parse_args()
     outputs = run_tour()
+    try:
+        outputs["postmortem"] = run_deaths()
+    except RuntimeError as exc:
+        if args.write:
+            sys.exit(f"cannot write the README's post-mortem: {exc}")
+        outputs["postmortem_not_made"] = str(exc)
     if args.write:
         write_readme(outputs)
     elif args.json:

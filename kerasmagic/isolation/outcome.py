@@ -495,13 +495,17 @@ def timed_out_on_node(result: IsolatedResult, timeout: float, where: str) -> Iso
         result)
 
 
-def ray_shut_down(result: IsolatedResult, where: str, output: str) -> IsolatedCrash:
-    """``ray.shutdown()`` ran while the job did (issue 23, fault 2): nothing of Ray is called again."""
+def ray_shut_down(result: IsolatedResult, where: str, output: str, pending_s: float | None = None) -> IsolatedCrash:
+    """``ray.shutdown()`` ran while the job did (issue 23, fault 2): nothing of Ray is called again.
+    ``pending_s``: the shutdown had not finished after that many seconds (issue 33, item 11)."""
     result.last_output = output
+    then = ("call ray.init(...) and run it again" if pending_s is None else
+            f"ray.shutdown() had not finished after {pending_s:g} s: wait for it to return, then call "
+            "ray.init(...) and run it again")
     return IsolatedCrash(
         f"Ray was shut down (ray.shutdown()) while the isolated job ran on node {where}: this "
         "process's connection to the cluster ended, and the job's agent ends its process with it. Nothing was "
-        "started again: call ray.init(...) and run it again" + _shown(output), result, last_output=output)
+        f"started again: {then}" + _shown(output), result, last_output=output)
 
 
 def from_node(error: BaseException, result: IsolatedResult, where: str) -> BaseException:

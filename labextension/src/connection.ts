@@ -41,7 +41,6 @@ import {
   IEvent,
   IFacts,
   IHello,
-  IPostmortem,
   ISample,
   KernelMessage,
   minorOf
@@ -443,7 +442,7 @@ export class LiveConnection implements IDisposable {
         replayHistory(this._record(), message, this.intervalS);
         break;
       case 'postmortem':
-        this._onPostmortem(message);
+        this._store.tellDeath(this._kernelId(), message);
         break;
       case 'isolated_started':
       case 'isolated_sample':
@@ -462,22 +461,6 @@ export class LiveConnection implements IDisposable {
       }
     }
     this._changed.emit();
-  }
-
-  private _onPostmortem(message: IPostmortem): void {
-    const seen = this._entry().death;
-    if (seen) {
-      seen.text = message.text;
-      seen.executionCount ??= message.execution_count;
-      this._store.setDeath(this._kernelId(), seen);
-    } else {
-      this._store.setDeath(this._kernelId(), {
-        diedTs: message.died_ts,
-        executionCount: message.execution_count,
-        text: message.text,
-        record: null
-      });
-    }
   }
 
   private _rejectClears(): void {

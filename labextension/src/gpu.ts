@@ -293,7 +293,7 @@ function jaxRemedy(
   switch (story) {
     case 'preallocated':
       return trans.__(
-        'XLA_PYTHON_CLIENT_PREALLOCATE=false (or XLA_PYTHON_CLIENT_MEM_FRACTION=.25) takes only what is used, but only if set before JAX starts: restart the kernel with it set, or run the work with %1.',
+        'XLA_PYTHON_CLIENT_PREALLOCATE=false takes only what is used (XLA_PYTHON_CLIENT_MEM_FRACTION=.25 still preallocates, a quarter of the GPU instead of 75 %), but only if set before JAX starts: restart the kernel with it set, or run the work with %1.',
         ISOLATE
       );
     case 'preallocated_off_now':

@@ -665,7 +665,7 @@ export interface IPostmortem {
   method: 'postmortem';
   ts: number;
   /**
-   * The dead kernel's last record time (same machine, same clock); null where unknown.
+   * When it died, the time `text` tells: its watcher's time of death, else the dead kernel's last record time (same machine, same clock); a frontend that saw the death shows this time, not its own; null where unknown.
    */
   died_ts: number | null;
   execution_count: number | null;

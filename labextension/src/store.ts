@@ -9,8 +9,9 @@
 
 import { ISignal, Signal } from '@lumino/signaling';
 
+import { addMark } from './history';
 import { JobTable } from './jobs';
-import { ICellGrowth, IsolatedMessage } from './protocol';
+import { ICellGrowth, IPostmortem, IsolatedMessage } from './protocol';
 import { IKernelRecord } from './record';
 
 export type { IClearReport, IHostMemory, IKernelRecord } from './record';
@@ -165,6 +166,38 @@ export class KernelStore {
     }
     entry.death = death;
     this._emit(kernelId, 'death');
+  }
+
+  /**
+   * The next kernel's `postmortem`: why `kernelId`'s previous process died. Where this page saw
+   * the death, its time (the moment the page noticed) gives way to the post-mortem's, which is the
+   * watcher's record of the death and the time the text tells: one death, one time (issue 33).
+   */
+  tellDeath(kernelId: string, message: IPostmortem): void {
+    const seen = this.entry(kernelId).death;
+    if (!seen) {
+      this.setDeath(kernelId, {
+        diedTs: message.died_ts,
+        executionCount: message.execution_count,
+        text: message.text,
+        record: null
+      });
+      return;
+    }
+    seen.text = message.text;
+    seen.executionCount ??= message.execution_count;
+    if (message.died_ts !== null && message.died_ts !== seen.diedTs) {
+      const marks = seen.record?.marks;
+      const mark = marks?.findIndex(
+        m => m.kind === 'death' && m.ts === seen.diedTs
+      );
+      if (marks && mark !== undefined && mark >= 0) {
+        marks.splice(mark, 1);
+        addMark(marks, { kind: 'death', ts: message.died_ts });
+      }
+      seen.diedTs = message.died_ts;
+    }
+    this.setDeath(kernelId, seen);
   }
 
   /** The user has read `kernelId`'s death, at `untilTs` on the kernel's clock. */

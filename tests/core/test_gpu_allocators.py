@@ -93,8 +93,9 @@ def test_jax_default_preallocation_is_named_with_the_variable_and_the_restart(xl
     text = str(snap)
     assert "GPU 0 this process" in text and "59.9 GiB" in text  # what users saw, and nothing else
     assert _PREALLOCATED + (
-        "XLA_PYTHON_CLIENT_PREALLOCATE=false (or XLA_PYTHON_CLIENT_MEM_FRACTION=.25) takes only what is used, but "
-        "only if set before JAX starts: restart the kernel with it set, or run the work with %%fresh_model --isolate."
+        "XLA_PYTHON_CLIENT_PREALLOCATE=false takes only what is used (XLA_PYTHON_CLIENT_MEM_FRACTION=.25 still "
+        "preallocates, a quarter of the GPU instead of 75 %), but only if set before JAX starts: restart the kernel "
+        "with it set, or run the work with %%fresh_model --isolate."
     ) in _one_line(text)
 
 

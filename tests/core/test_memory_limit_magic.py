@@ -51,6 +51,35 @@ def test_python_calls_refuse_with_value_error(shell):
             kerasmagic.set_memory_limit(bad)
 
 
+@pytest.mark.parametrize("call, words", [
+    ("kerasmagic.set_memory_limit('lots')", "cannot read 'lots' as a memory size"),
+    ("kerasmagic.set_memory_limit('1KiB')", "below what this kernel uses now"),
+    ("kerasmagic.memory_guard('off')", "enabled is True or False"),
+    ("kerasmagic.memory_guard(warn_pct=float('inf'))", "percentage of the limit"),
+    ("kerasmagic.memory_guard(warn_pct=99)", "below the stop level"),
+])
+def test_python_calls_in_a_notebook_show_one_line_not_our_frames(shell, call, words):
+    # Issue 33: the magics said one line, the same call from Python showed 15-25 lines of traceback
+    # through kerasmagic's checks.
+    with capture_output() as shown:
+        shell.run_cell(f"import kerasmagic\n{call}", store_history=True)
+    lines = [line for line in (shown.stdout + shown.stderr).splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("KerasMagicUsageError: ") and words in lines[0], lines
+
+
+def test_a_bad_guard_variable_is_said_in_one_line_and_the_guard_stays_on(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, KERASMAGIC_MEMORY_GUARD="maybe")
+    run_ = subprocess.run([sys.executable, "-c", "import kerasmagic; print(kerasmagic.memory_guard().enabled)"],
+                          capture_output=True, text=True, env=env, timeout=60)
+    assert run_.stdout.strip() == "True", run_
+    said = run_.stderr.strip().splitlines()
+    assert len(said) == 1 and "KERASMAGIC_MEMORY_GUARD='maybe'" in said[0] and "off" in said[0], said
+
+
 def test_limit_shows_its_source_and_headroom(shell):
     with capture_output() as shown:
         run(shell, "%tf_mem --limit 20GiB --warn-at 80 --stop-at 90")

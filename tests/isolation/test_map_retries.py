@@ -172,6 +172,48 @@ def test_an_item_killed_by_its_cgroups_oom_killer_says_so_and_its_retry_succeeds
     assert "the out-of-memory killer (cgroup oom_kill rose)" in info.value.map_result.attempts[0][0]["cause"]
 
 
+# A kernel stand-in: a process in a 400 MiB cgroup whose isolated job, with no cgroup of its own,
+# grows past it; the OOM killer of the kernel's cgroup takes the job (the largest process there).
+IN_THE_KERNELS_CGROUP = """
+import sys
+with open(sys.argv[1] + "/cgroup.procs", "w") as procs:
+    procs.write("0")
+from kerasmagic.isolation import isolated_map
+def grow(item):
+    block = bytearray(1024 * 2**20)
+    block[::4096] = b"y" * len(block[::4096])
+    return item
+result = isolated_map(grow, [0], on_error="collect", progress=False, quiet=True)
+print(result.attempts[0][0]["cause"])
+"""
+
+
+def test_a_job_the_kernels_own_cgroup_oom_kills_is_told_from_evidence_about_the_job():
+    # Issue 33, item 9: such a job was told "no memory cgroup counted an OOM kill" while the kernel's
+    # cgroup counted it. Now the kernel log naming the job's pid says so, where it can be read.
+    import subprocess
+    import sys
+
+    why = _can_make_cgroups()
+    if why is not None:
+        pytest.skip(f"no memory cgroup can be made here (the test needs root and a writable memory controller): {why}")
+    folder, _ = job_memory._make_cgroup(400 * 2**20)
+    try:
+        run = subprocess.run([sys.executable, "-c", IN_THE_KERNELS_CGROUP, folder], capture_output=True, text=True,
+                             timeout=180)
+    finally:
+        job_memory._remove(folder, within_s=10)
+    cause = run.stdout.strip()
+    assert run.returncode == 0, run.stderr[-2000:]
+    if os.access("/dev/kmsg", os.R_OK):
+        assert cause.startswith('killed by signal 9 (SIGKILL): the out-of-memory killer (the kernel log: "Memory '
+                                'cgroup out of memory: Killed process'), cause
+    else:
+        assert cause.startswith("killed by signal 9 (SIGKILL): whether the out-of-memory killer did it is "
+                                "unknown"), cause
+    assert "no memory cgroup counted" not in cause, cause
+
+
 def crash_in_a_library(item):
     """A fault inside a package's code, as a framework's C++ would crash under its Python."""
     import ctypes

@@ -124,9 +124,9 @@ def test_gpu_rows_from_the_recorded_h100_readings(lab, page, artifacts):
     assert lines[2]["text"] == (
         "JAX gpu:0 held, unused: 58.9 GiB (preallocated when JAX started: the pool is its whole limit)")
     assert lines[3]["text"] == (
-        "XLA_PYTHON_CLIENT_PREALLOCATE=false (or XLA_PYTHON_CLIENT_MEM_FRACTION=.25) takes only what is used, "
-        "but only if set before JAX starts: restart the kernel with it set, or run the work with "
-        "%%fresh_model --isolate.")
+        "XLA_PYTHON_CLIENT_PREALLOCATE=false takes only what is used (XLA_PYTHON_CLIENT_MEM_FRACTION=.25 still "
+        "preallocates, a quarter of the GPU instead of 75 %), but only if set before JAX starts: restart the kernel "
+        "with it set, or run the work with %%fresh_model --isolate.")
     assert lines[3]["code"] == ["XLA_PYTHON_CLIENT_PREALLOCATE=false", "XLA_PYTHON_CLIENT_MEM_FRACTION=.25",
                                 "%%fresh_model --isolate"]
     assert lines[4]["text"] == "CUDA context and libraries ≈ 550 MiB"

@@ -77,6 +77,10 @@ def test_a_kernel_that_dies_is_told_as_a_death_with_its_timeline_and_why(lab, pa
     told = _death(page)
     assert "while cell [3] ran (`import os; os._exit(1)`)" in told["text"], told
     assert re.fullmatch(r"The kernel died at \d\d:\d\d:\d\d while cell \[3\] ran", told["title"]), told
+    # One death, one time (issue 33, item 9): the banner's moment the page noticed gives way to the
+    # time the post-mortem tells, its watcher's.
+    clock = re.search(r"died at (\d\d:\d\d:\d\d)", told["text"])
+    assert clock and told["title"].startswith(f"The kernel died at {clock.group(1)} "), told
     assert told["marks"] == ["death"], told  # the dead timeline is still there beside it
     page.locator(DEATH).screenshot(path=str(artifacts / "kernel-died-explained.png"))
     page.locator(f"{DEATH} .jp-KerasMagic-deathDismiss").click()

@@ -42,7 +42,7 @@ from ..runner import JobRun
 from ..shipping import make_job_directory
 from ..spec import PRELOADABLE, WorkerSpec, env_overrides, keras_backend
 from .agent import NAMESPACE, NodeAgent, agent_name, relay_job
-from .target import OnRay, connect, import_ray
+from .target import SHUTDOWN_WAIT_S, OnRay, connect, import_ray, wait_for_shutdown
 from .transfer import job_specs, read_files, rebase_final, returned_specs, spec_paths, write_files
 
 __all__ = ["ClusterSession", "RayBackend", "close_cluster_session", "cluster_session", "describe_agents"]
@@ -418,10 +418,13 @@ class RayBackend:
         global _session
         if _session is self.session:
             _session = None  # its agents went with the connection; a later ray.init() gets new ones
+        # The cell returns once the shutdown has finished: a ray.init() right after it must not run
+        # while the shutdown still tears down (issue 33, item 11).
+        pending = None if wait_for_shutdown(self.ray) else SHUTDOWN_WAIT_S
         for run in runs:
             if run.phase not in ("over", "cancelled"):
                 run.output_ended()
-                _fail(run, ray_shut_down(run.result, run.attempt.where(), run.last_output()))
+                _fail(run, ray_shut_down(run.result, run.attempt.where(), run.last_output(), pending))
 
 
 def _fail(run: JobRun, error: BaseException, status: str | None = None) -> None:

@@ -96,7 +96,7 @@ describe('JAX rows', () => {
     ]);
     expect(texts(view.lines, 'unused')).toEqual([PREALLOCATED]);
     expect(texts(view.lines, 'remedy')).toEqual([
-      `XLA_PYTHON_CLIENT_PREALLOCATE=false (or XLA_PYTHON_CLIENT_MEM_FRACTION=.25) takes only what is used, but only if set before JAX starts: restart the kernel with it set, or run the work with ${ISOLATE}.`
+      `XLA_PYTHON_CLIENT_PREALLOCATE=false takes only what is used (XLA_PYTHON_CLIENT_MEM_FRACTION=.25 still preallocates, a quarter of the GPU instead of 75 %), but only if set before JAX starts: restart the kernel with it set, or run the work with ${ISOLATE}.`
     ]);
     expect(contextLine(sample('sample_jax_preallocated'), trans)?.text).toBe(
       'CUDA context and libraries ≈ 550 MiB'

@@ -107,4 +107,38 @@ describe('KernelStore', () => {
     expect(store.entry('k1').death?.text).toBe('OOM');
     expect(seen.map(c => c.part)).toEqual(['death', 'death', 'death']);
   });
+
+  it("tells a death it saw at the post-mortem's time, the one its text tells", () => {
+    // Issue 33, item 9: the banner said the page's 02:00:02 (when it noticed), the text the
+    // watcher's 01:59:59. The post-mortem's time is the record of the death: it wins, mark and all.
+    const store = new KernelStore();
+    const dead = record(1);
+    dead.marks.push({ kind: 'clear', ts: 90 }, { kind: 'death', ts: 103 });
+    store.setDeath('k1', {
+      diedTs: 103,
+      executionCount: 3,
+      text: null,
+      record: dead
+    });
+    const postmortem = readFixture('postmortem').data;
+    store.tellDeath('k1', { ...postmortem, died_ts: 99.5 });
+    const death = store.entry('k1').death!;
+    expect([death.diedTs, death.executionCount]).toEqual([99.5, 3]);
+    expect(death.text).toBe(postmortem.text);
+    expect(dead.marks).toEqual([
+      { kind: 'clear', ts: 90 },
+      { kind: 'death', ts: 99.5 }
+    ]);
+    // A post-mortem without a time keeps the page's own.
+    store.tellDeath('k1', { ...postmortem, died_ts: null });
+    expect(store.entry('k1').death!.diedTs).toBe(99.5);
+    // One the page did not see (reloaded since) is told as it comes.
+    store.tellDeath('k2', postmortem);
+    expect(store.entry('k2').death).toEqual({
+      diedTs: postmortem.died_ts,
+      executionCount: 12,
+      text: postmortem.text,
+      record: null
+    });
+  });
 });
