@@ -490,15 +490,19 @@ export interface IChartGeometry {
   charPx: number;
 }
 
-/** The sidebar's usual chart: 173 px tall, 10 px text. */
+/**
+ * The sidebar's usual chart: 183 px tall, 12 px text (the panel's smallest, issue 31 item 6;
+ * it was 10 px), with the label band, the CPU strip and the time axis grown to hold it.
+ */
 export const NORMAL_GEOMETRY: IChartGeometry = {
-  band: 16,
+  band: 19,
   plot: 112,
   gap: 6,
-  strip: 26,
-  axis: 13,
-  fontPx: 10,
-  charPx: 6.5
+  strip: 30,
+  axis: 16,
+  fontPx: 12,
+  // 12 px UI text is about 7 px a character; a little over it keeps labels apart.
+  charPx: 7.5
 };
 
 /** The share of the panel's height the classroom chart takes, and its plot's bounds. */

@@ -228,11 +228,23 @@ export class Timeline {
 
   // ---- drawing --------------------------------------------------------------------------
 
-  /** The window's times; "Cell runs" before any run shows what "All" shows. */
+  /**
+   * The window's times; "Cell runs" before any run shows what "All" shows. Its marks count as
+   * moments of the stretch: a Clear session pressed after the lesson's last run stays in it.
+   */
   private _range(): [number, number] {
     const now = this._data?.now ?? 0;
-    const fitted =
-      this._windowMin === RUNS ? runsRange(this._data?.runs ?? [], now) : null;
+    const runs = this._data?.runs ?? [];
+    const moments = runs.length
+      ? [
+          ...runs,
+          ...(this._data?.marks ?? []).map(m => ({
+            startedTs: m.ts,
+            endedTs: m.ts
+          }))
+        ].sort((a, b) => a.startedTs - b.startedTs)
+      : [];
+    const fitted = this._windowMin === RUNS ? runsRange(moments, now) : null;
     return (
       fitted ??
       windowRange(

@@ -166,7 +166,7 @@ def test_classroom_mode_on_a_projector(lab, projector, artifacts):
     toggle = page.locator(f"{SIDEBAR} .jp-KerasMagic-classroomToggle")
     assert toggle.get_attribute("aria-pressed") == "false"
     before = page.evaluate(_SIZES)
-    assert before["chartHeight"] == 173, before
+    assert before["chartHeight"] == 183, before
 
     toggle.click()
     assert toggle.get_attribute("aria-pressed") == "true"
@@ -239,7 +239,7 @@ def test_classroom_mode_on_a_projector(lab, projector, artifacts):
     page.click(f"{SIDEBAR} .jp-KerasMagic-classroomToggle")
     page.wait_for_selector(f"{SIDEBAR}[data-classroom='false']")
     page.wait_for_selector(f"{SIDEBAR}[data-state='connected'][data-sample-seq]", timeout=90_000)
-    assert page.evaluate(_SIZES)["chartHeight"] == 173
+    assert page.evaluate(_SIZES)["chartHeight"] == 183
 
 
 # Lesson 6's demonstration, shortened: three trials with fresh_model (a mark each), then the

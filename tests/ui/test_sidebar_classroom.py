@@ -33,13 +33,16 @@ IDLE_S = 15
 
 def _runs_cover(page) -> float:
     """The share of the plot's width (the chart's, less the axis labels' gutter on its left) from the
-    first cell span's left edge to the last one's right."""
+    first cell span's left edge to the last span's right edge or the last mark (a Clear session
+    after the runs belongs to the lesson)."""
     return page.evaluate(f"""() => {{
         const svg = document.querySelector('{SIDEBAR} svg.jp-KerasMagic-chart');
         const plotLeft = Number(svg.closest('.jp-KerasMagic-timeline').dataset.plotLeft);
         const fills = [...svg.querySelectorAll('.jp-KerasMagic-spanFill')];
+        const marks = [...svg.querySelectorAll('.jp-KerasMagic-mark line')].map(l => Number(l.getAttribute('x1')));
         const left = Math.min(...fills.map(r => Number(r.getAttribute('x'))));
-        const right = Math.max(...fills.map(r => Number(r.getAttribute('x')) + Number(r.getAttribute('width'))));
+        const right = Math.max(...marks,
+                               ...fills.map(r => Number(r.getAttribute('x')) + Number(r.getAttribute('width'))));
         return fills.length ? (right - left) / (svg.viewBox.baseVal.width - plotLeft) : 0;
     }}""")
 
@@ -135,7 +138,7 @@ def test_the_sidebar_in_a_short_lesson(lab, page, artifacts):
     label = _chart(page)["label"]
     assert re.fullmatch(r"Memory timeline of this kernel, its cell runs from \d\d:\d\d:\d\d to \d\d:\d\d:\d\d", label), label
     covered = _runs_cover(page)
-    assert covered >= 0.75, f"the cell runs fill {covered:.0%} of the chart after {IDLE_S} s idle"
+    assert covered >= 0.75, f"the cell runs and their marks fill {covered:.0%} of the chart after {IDLE_S} s idle"
     page.locator(SIDEBAR).screenshot(path=str(artifacts / "sidebar-classroom-cell-runs.png"))
     page.click(f"{SIDEBAR} .jp-KerasMagic-classroomToggle")
     page.wait_for_function(f"() => document.querySelector('{SIDEBAR} .jp-KerasMagic-timeline').dataset.window === '0'")

@@ -356,9 +356,19 @@ describe('groupMarks', () => {
 });
 
 describe('classroomGeometry', () => {
-  it('keeps the usual chart 173 px tall with 10 px text', () => {
-    expect(chartHeight(NORMAL_GEOMETRY)).toBe(173);
-    expect(NORMAL_GEOMETRY.fontPx).toBe(10);
+  it('keeps the usual chart 183 px tall with 12 px text, its text rows holding it', () => {
+    expect(chartHeight(NORMAL_GEOMETRY)).toBe(183);
+    expect(NORMAL_GEOMETRY.fontPx).toBe(12);
+    expect(NORMAL_GEOMETRY.band).toBeGreaterThanOrEqual(
+      NORMAL_GEOMETRY.fontPx + 4
+    );
+    expect(NORMAL_GEOMETRY.axis).toBeGreaterThanOrEqual(
+      NORMAL_GEOMETRY.fontPx + 2
+    );
+    // The CPU strip holds its label and a line below it.
+    expect(NORMAL_GEOMETRY.strip).toBeGreaterThanOrEqual(
+      2 * NORMAL_GEOMETRY.fontPx
+    );
   });
 
   it('draws 16 px text, with text rows tall enough for it', () => {
