@@ -154,6 +154,16 @@ def test_the_sidebar_in_a_short_lesson(lab, page, artifacts):
 
     # The limit and the guard: rows under the headlines, marks on the chart (issue 33, item 7:
     # a kernel near its limit showed only the host's free memory).
+    quiet = page.evaluate(f"""() => {{
+        const node = document.querySelector("{SIDEBAR} [data-section='limit']");
+        return {{source: node.dataset.source, quiet: node.dataset.quiet,
+                 headline: node.querySelector('.jp-KerasMagic-limitHeadline').hidden,
+                 line: node.querySelector('.jp-KerasMagic-limitHeadroom').textContent}};
+    }}""")
+    if quiet["source"] == "host":
+        # The machine's own memory, far from the guard's levels: one line, not the Host memory tile again.
+        assert quiet["quiet"] == "true" and quiet["headline"], quiet
+        assert quiet["line"] == "Limit: the machine's memory; the guard warns at 85 %, stops at 95 %", quiet
     _run_and_wait(page, SET_LIMIT)
     page.wait_for_selector(f"{SIDEBAR} [data-section='limit'][data-source='user']:not([hidden])", timeout=30_000)
     _run_and_wait(page, GROW, timeout_s=120)
