@@ -83,7 +83,7 @@ class KernelHistory:
                     break
         return dict(ended)
 
-    def ended_ts(self, execution_count: int) -> float | None:
+    def ended_ts(self, execution_count: int | None) -> float | None:
         """When the last run of cell ``execution_count`` ended (None: not seen ending).
 
         Example:

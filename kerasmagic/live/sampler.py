@@ -111,7 +111,7 @@ class ProcessTreeMeter:
         self._next_due = 0.0
         self._child_pids: list[int] = []
 
-    def read(self, rss_bytes: int | None = None) -> dict[str, Any]:
+    def read(self, rss_bytes: int | None = None) -> dict[str, Any] | None:
         """The latest reading, taken now if it is due or has become wrong (``rss_bytes``: the
         process's RSS now, to tell a jump)."""
         with self._lock:

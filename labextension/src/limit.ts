@@ -31,6 +31,14 @@ export interface ILimitView {
   usedPct: number;
   /** The limit is the host's own memory (no cgroup, no user limit): a quieter row. */
   hostOnly: boolean;
+  /**
+   * Nothing to add to the Host memory tile (the host's own memory, below the guard's warning,
+   * the guard silent so far): only the guard's line is shown,
+   * `Limit: the machine's memory; the guard warns at 85 %, stops at 95 %`.
+   */
+  quiet: boolean;
+  /** The quiet form's one line. */
+  guardOnly: string;
 }
 
 /** The sample's limit, or null (an older kernel, or one that could not read it). */
@@ -146,7 +154,15 @@ export function limitView(
     guard: guardEventText(limit.guard, trans),
     level: limitLevel(limit),
     usedPct: limit.used_pct,
-    hostOnly: limit.source === 'host'
+    hostOnly: limit.source === 'host',
+    quiet:
+      limit.source === 'host' &&
+      limitLevel(limit) === 'ok' &&
+      !limit.guard.last_event,
+    guardOnly: trans.__(
+      "Limit: the machine's memory; %1",
+      guardLevels(limit.guard, trans)
+    )
   };
 }
 
@@ -219,7 +235,13 @@ export class LimitSection {
     this._meter.high = limit.guard.stop_pct;
     this._meter.optimum = 0;
     this._meter.title = view.headline;
-    this._headroom.textContent = view.headroom;
+    this.node.dataset.quiet = String(view.quiet);
+    // A host-only limit far from the guard's levels repeats the Host memory tile: one line then.
+    this._headline.hidden =
+      this._meter.hidden =
+      this._where.hidden =
+        view.quiet;
+    this._headroom.textContent = view.quiet ? view.guardOnly : view.headroom;
     this._where.textContent = view.where;
     this._guard.textContent = view.guard;
     this._guard.hidden = view.guard === '';

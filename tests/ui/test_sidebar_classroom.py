@@ -60,7 +60,8 @@ def _check_limit_rows(page) -> None:
     assert rows["pct"] >= 85 and rows["level"] in ("warn", "stop"), rows
     assert rows["headroom"].endswith("headroom · the guard warns at 85 %, stops at 95 %"), rows
     assert rows["where"].startswith("your limit: "), rows
-    grow_count = page.evaluate(f"() => window.jupyterapp.shell.currentWidget.content.widgets[{GROW}].model.executionCount")
+    grow_count = page.evaluate(
+        f"() => window.jupyterapp.shell.currentWidget.content.widgets[{GROW}].model.executionCount")
     assert re.fullmatch(rf"Guard stopped cell \[{grow_count}\] at [\d.]+ (MiB|GiB) \(\d+ %\), \d\d:\d\d:\d\d",
                         rows["guard"]), rows
 
@@ -136,7 +137,8 @@ def test_the_sidebar_in_a_short_lesson(lab, page, artifacts):
     assert page.get_attribute(f"{SIDEBAR} .jp-KerasMagic-windowButton[data-minutes='-1']", "aria-pressed") == "true"
     assert page.text_content(f"{SIDEBAR} .jp-KerasMagic-windowButton[data-minutes='-1']") == "Cell runs"
     label = _chart(page)["label"]
-    assert re.fullmatch(r"Memory timeline of this kernel, its cell runs from \d\d:\d\d:\d\d to \d\d:\d\d:\d\d", label), label
+    assert re.fullmatch(r"Memory timeline of this kernel, its cell runs from \d\d:\d\d:\d\d to \d\d:\d\d:\d\d",
+                        label), label
     covered = _runs_cover(page)
     assert covered >= 0.75, f"the cell runs and their marks fill {covered:.0%} of the chart after {IDLE_S} s idle"
     page.locator(SIDEBAR).screenshot(path=str(artifacts / "sidebar-classroom-cell-runs.png"))
@@ -156,6 +158,16 @@ def test_the_sidebar_in_a_short_lesson(lab, page, artifacts):
 
     # The limit and the guard: rows under the headlines, marks on the chart (issue 33, item 7:
     # a kernel near its limit showed only the host's free memory).
+    quiet = page.evaluate(f"""() => {{
+        const node = document.querySelector("{SIDEBAR} [data-section='limit']");
+        return {{source: node.dataset.source, quiet: node.dataset.quiet,
+                 headline: node.querySelector('.jp-KerasMagic-limitHeadline').hidden,
+                 line: node.querySelector('.jp-KerasMagic-limitHeadroom').textContent}};
+    }}""")
+    if quiet["source"] == "host":
+        # The machine's own memory, far from the guard's levels: one line, not the Host memory tile again.
+        assert quiet["quiet"] == "true" and quiet["headline"], quiet
+        assert quiet["line"] == "Limit: the machine's memory; the guard warns at 85 %, stops at 95 %", quiet
     _run_and_wait(page, SET_LIMIT)
     page.wait_for_selector(f"{SIDEBAR} [data-section='limit'][data-source='user']:not([hidden])", timeout=30_000)
     _run_and_wait(page, GROW, timeout_s=120)

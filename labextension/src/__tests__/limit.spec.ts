@@ -36,10 +36,36 @@ describe('limitView', () => {
     );
     expect(view.level).toBe('stop');
     expect(view.hostOnly).toBe(false);
+    expect(view.quiet).toBe(false);
     const ts = (LIMIT.guard.last_event as any).ts;
     expect(view.guard).toBe(
       `Guard stopped cell [7] at 1.43 GiB (95 %), ${formatClock(ts)}`
     );
+  });
+
+  it('says only the guard’s levels for the host’s own memory far from them', () => {
+    const host = {
+      ...LIMIT,
+      source: 'host',
+      used_pct: 12,
+      guard: { ...LIMIT.guard, last_event: null }
+    };
+    const quiet = limitView({ ...SAMPLE, memory_limit: host }, trans)!;
+    expect(quiet.quiet).toBe(true);
+    expect(quiet.guardOnly).toBe(
+      "Limit: the machine's memory; the guard warns at 85 %, stops at 95 %"
+    );
+    // Near the guard's levels, or once it acted, the whole rows come back.
+    expect(
+      limitView({ ...SAMPLE, memory_limit: { ...host, used_pct: 90 } }, trans)!
+        .quiet
+    ).toBe(false);
+    expect(
+      limitView(
+        { ...SAMPLE, memory_limit: { ...host, guard: LIMIT.guard } },
+        trans
+      )!.quiet
+    ).toBe(false);
   });
 
   it('levels by the guard’s thresholds, and says when the guard is off', () => {
