@@ -75,11 +75,13 @@ def test_a_kernel_that_dies_is_told_as_a_death_with_its_timeline_and_why(lab, pa
     page.locator(DEATH).screenshot(path=str(artifacts / "kernel-died.png"))
     # JupyterLab's own "appears to have died" dialog, closed as a user would.
     page.locator(".jp-Dialog .jp-mod-accept").click()
-    # In classroom mode (the dialog closed) the dead chart is drawn as large as the live one, not in 10 px text.
+    # In classroom mode (the dialog closed) the dead chart is drawn as large as the live one,
+    # not in the usual chart's text.
     assert died["geometry"] == "normal", died
     page.click(f"{SIDEBAR} .jp-KerasMagic-classroomToggle")
-    page.wait_for_function(f"() => document.querySelector('{DEATH} .jp-KerasMagic-timeline').dataset.geometry === 'large'",
-                           timeout=10_000)
+    page.wait_for_function(
+        f"() => document.querySelector('{DEATH} .jp-KerasMagic-timeline').dataset.geometry === 'large'",
+        timeout=10_000)
     page.click(f"{SIDEBAR} .jp-KerasMagic-classroomToggle")
 
     # The server started a new kernel: loading kerasmagic there tells why the old one died.

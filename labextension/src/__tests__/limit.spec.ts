@@ -76,7 +76,9 @@ describe('limitView', () => {
       limitView({ ...SAMPLE, memory_limit: off }, trans)!.headroom
     ).toMatch(/the guard is off \(%tf_mem --guard on\)$/);
   });
+});
 
+describe('limitView', () => {
   it('words a warning, and nothing before the guard acted', () => {
     const warned = {
       ...LIMIT.guard,
