@@ -444,9 +444,9 @@ export interface IMapProgress {
  * Optional (1.7, later kernels): one warm spare of the isolation pool as a job ended (kerasmagic/isolation/pool.py `spare_states`): its pid, the device its jobs see (null: the CPU), `warming` or `ready`, its RSS (mostly pages shared with the template) and its GPU memory by NVML (null: none or unknown).
  */
 export interface ISpare {
-  pid: number | null;
+  pid: number;
   device?: string | null;
-  state: string | null;
+  state: 'warming' | 'ready';
   rss_bytes?: number | null;
   gpu_bytes?: number | null;
 }

@@ -248,6 +248,23 @@ const gpuContext: Check = v =>
   Array.isArray(v.pools) &&
   v.pools.every(isString);
 
+/** A sample's `memory_limit` (since 1.7): the limit, what counts against it and the guard. */
+const memoryLimit: Check = v =>
+  isUnavailable(v) ||
+  (isObject(v) &&
+    ['limit_bytes', 'used_bytes', 'headroom_bytes', 'used_pct'].every(k =>
+      isNumber(v[k])
+    ) &&
+    isString(v.source) &&
+    isObject(v.guard) &&
+    isBool(v.guard.enabled) &&
+    ['warn_pct', 'stop_pct', 'warnings', 'stops'].every(k =>
+      isNumber((v.guard as { [key: string]: unknown })[k])
+    ));
+
+/** A count: an integer, never negative. */
+const count: Check = v => Number.isInteger(v) && (v as number) >= 0;
+
 /** A framework allocator's `{status, devices: {name: {field: value}}}` (since 1.4). */
 function frameworkDevices(
   v: unknown,
@@ -356,7 +373,8 @@ const TO_FRONTEND: { [method: string]: IFieldSpec } = {
       sample_cost_s: isNumber
     },
     // Since 1.3 (a 1.2 frontend ignores them): cpu_pct, host; since 1.4: torch, jax;
-    // since 1.5: interval_s; since 1.6: process_tree; since 1.7: gpu_context.
+    // since 1.5: interval_s; since 1.6: process_tree; since 1.7: gpu_context, memory_limit and
+    // (later 1.7 kernels) custom_gradient_entries.
     optional: {
       cpu_pct: numberOrUnavailable,
       host,
@@ -364,7 +382,9 @@ const TO_FRONTEND: { [method: string]: IFieldSpec } = {
       jax,
       interval_s: isNumber,
       process_tree: processTree,
-      gpu_context: gpuContext
+      gpu_context: gpuContext,
+      memory_limit: memoryLimit,
+      custom_gradient_entries: count
     }
   },
   facts: {
@@ -380,7 +400,8 @@ const TO_FRONTEND: { [method: string]: IFieldSpec } = {
     },
     optional: {
       custom_gradients_pin_graphs: (value: unknown) =>
-        value === null || typeof value === 'boolean'
+        value === null || typeof value === 'boolean',
+      cell_ended_ts: isNumber
     }
   },
   event: {
