@@ -73,10 +73,12 @@ def _tell_the_sidebar(death: dict, explanation: str) -> None:
         return
     cell = death.get("cell")
     number = cell.get("execution_count") if isinstance(cell, dict) else None
-    died, _ = postmortem.death_time(death)  # the time the sentence tells: the banner tells the same
+    # The time of death the sentence tells, so that the banner tells the same; only where the watcher
+    # saw the death: a record's last write is a last sign of life, and the page's own time is closer.
+    died, witnessed = postmortem.death_time(death)
     live.note_previous_death({
         "method": "postmortem", "ts": time.time(),
-        "died_ts": died,
+        "died_ts": died if witnessed else None,
         "execution_count": number if isinstance(number, int) else None,
         "text": explanation,
     })

@@ -665,7 +665,7 @@ export interface IPostmortem {
   method: 'postmortem';
   ts: number;
   /**
-   * When it died, the time `text` tells: its watcher's time of death, else the dead kernel's last record time (same machine, same clock); a frontend that saw the death shows this time, not its own; null where unknown.
+   * When it died, the time `text` tells, where its watcher saw the death (same machine, same clock); a frontend that saw the death shows this time, not its own; null where no watcher saw it (`text` then gives the last sign of life).
    */
   died_ts: number | null;
   execution_count: number | null;

@@ -265,7 +265,8 @@ export class KernelStore {
       return;
     }
     seen.text = message.text;
-    seen.executionCount ??= message.execution_count;
+    // The kernel's record knows whether a cell was still running (the page only guessed).
+    seen.executionCount = message.execution_count;
     if (message.died_ts !== null && message.died_ts !== seen.diedTs) {
       const marks = seen.record?.marks;
       const mark = marks?.findIndex(

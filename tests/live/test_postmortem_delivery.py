@@ -98,3 +98,22 @@ def test_a_death_noted_before_or_after_the_open_reaches_it_once(channel):
     channel.note_previous_death(DEATH)
     assert after.methods().count("postmortem") == 1
     assert before.methods().count("postmortem") == 2  # a second, newer death is told again
+
+
+def test_the_sidebar_hears_a_time_of_death_only_where_the_watcher_saw_it(monkeypatch):
+    """The banner tells the post-mortem's time: the watcher's, where it saw the death; a record's last
+    write is a last sign of life (the text says "died after ..."), so the page keeps its own time."""
+    from kerasmagic import extension
+    from kerasmagic.live import channel
+
+    told: list[dict] = []
+
+    class Recorder:
+        def note_previous_death(self, message: dict) -> None:
+            told.append(message)
+
+    monkeypatch.setattr(channel, "active_channel", lambda: Recorder())
+    cell = {"execution_count": 4, "first_line": "x = big()"}
+    extension._tell_the_sidebar({"updated_ts": 10.0, "cell": cell, "death": {"died_ts": 12.5}}, "died at ...")
+    extension._tell_the_sidebar({"updated_ts": 10.0, "cell": None}, "died after ... (its last sign of life)")
+    assert [(m["died_ts"], m["execution_count"]) for m in told] == [(12.5, 4), (None, None)], told

@@ -180,15 +180,17 @@ describe('KernelStore', () => {
     const postmortem = readFixture('postmortem').data;
     store.tellDeath('k1', { ...postmortem, died_ts: 99.5 });
     const death = store.entry('k1').death!;
-    expect([death.diedTs, death.executionCount]).toEqual([99.5, 3]);
+    expect([death.diedTs, death.executionCount]).toEqual([99.5, 12]);
     expect(death.text).toBe(postmortem.text);
     expect(dead.marks).toEqual([
       { kind: 'clear', ts: 90 },
       { kind: 'death', ts: 99.5 }
     ]);
-    // A post-mortem without a time keeps the page's own.
-    store.tellDeath('k1', { ...postmortem, died_ts: null });
+    // A post-mortem without a time (no watcher saw it) keeps the page's own; its cell is the
+    // kernel record's, between cells included, not the page's guess.
+    store.tellDeath('k1', { ...postmortem, died_ts: null, execution_count: null });
     expect(store.entry('k1').death!.diedTs).toBe(99.5);
+    expect(store.entry('k1').death!.executionCount).toBeNull();
     // One the page did not see (reloaded since) is told as it comes.
     store.tellDeath('k2', postmortem);
     expect(store.entry('k2').death).toEqual({
