@@ -188,7 +188,11 @@ describe('KernelStore', () => {
     ]);
     // A post-mortem without a time (no watcher saw it) keeps the page's own; its cell is the
     // kernel record's, between cells included, not the page's guess.
-    store.tellDeath('k1', { ...postmortem, died_ts: null, execution_count: null });
+    store.tellDeath('k1', {
+      ...postmortem,
+      died_ts: null,
+      execution_count: null
+    });
     expect(store.entry('k1').death!.diedTs).toBe(99.5);
     expect(store.entry('k1').death!.executionCount).toBeNull();
     // One the page did not see (reloaded since) is told as it comes.
