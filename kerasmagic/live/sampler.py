@@ -79,9 +79,11 @@ class ProcessTreeMeter:
 
     PSS makes Linux walk the page tables (about 15 ms for a 1.2 GiB process with TensorFlow;
     RSS is 10 µs): the meter reads at most every :attr:`MIN_INTERVAL_S`, and less often where
-    a read costs more, so that it never takes more than :attr:`CPU_SHARE` of one core. Each
+    a read costs more, so that on schedule it takes at most :attr:`CPU_SHARE` of one core. Each
     reading carries its own ``ts``: the sidebar says how old it is. A reading that has become
-    wrong is taken again at once (at most every :attr:`STALE_REREAD_S`), whatever the schedule:
+    wrong is taken again sooner (at most every :attr:`STALE_REREAD_S`, and within
+    :attr:`STALE_CPU_SHARE` of one core: a map whose short jobs end every second must not have
+    the tree walked every second), whatever the schedule:
     when a child it counted has exited (six children's 1.57 GiB stayed on the panel for over
     3 minutes after they ended, issue 31 item 3) or when RSS moved by :attr:`JUMP_BYTES` and
     :attr:`JUMP_SHARE` since (a PSS of 1.05 GiB beside an RSS of 66.5 MiB).
@@ -95,8 +97,10 @@ class ProcessTreeMeter:
     """
 
     MIN_INTERVAL_S = 5.0
-    #: The soonest a wrong reading is taken again.
+    #: The soonest a wrong reading is taken again ...
     STALE_REREAD_S = 1.0
+    #: ... and the most of one core such re-reads may take (ten times the schedule's share).
+    STALE_CPU_SHARE = 0.005
     #: RSS moved by both of these since the reading: its PSS no longer describes the process.
     JUMP_BYTES = 64 * 2**20
     JUMP_SHARE = 0.1
@@ -110,6 +114,7 @@ class ProcessTreeMeter:
         self._read_at = -float("inf")
         self._next_due = 0.0
         self._child_pids: list[int] = []
+        self._cost_s = 0.0
 
     def read(self, rss_bytes: int | None = None) -> dict[str, Any] | None:
         """The latest reading, taken now if it is due or has become wrong (``rss_bytes``: the
@@ -117,10 +122,13 @@ class ProcessTreeMeter:
         with self._lock:
             now = time.monotonic()
             due = self._value is None or now >= self._next_due
-            if due or (now - self._read_at >= self.STALE_REREAD_S and self._stale(rss_bytes)):
+            soonest = max(self.STALE_REREAD_S, self._cost_s / self.STALE_CPU_SHARE)
+            if due or (now - self._read_at >= soonest and self._stale(rss_bytes)):
                 started = time.perf_counter()
                 value = to_jsonable(guarded(self._read, "reading PSS and child processes"))
-                cost = time.perf_counter() - started
+                cost = self._cost_s = time.perf_counter() - started
+                # No reading, no children to watch: a pid gone since must not make every sample re-read.
+                self._child_pids = []
                 if isinstance(value, dict) and value.get("status") != "unavailable":
                     pids = value.pop("child_pids", [])
                     self._child_pids = [pid for pid in pids if isinstance(pid, int)]

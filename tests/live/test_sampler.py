@@ -243,3 +243,22 @@ def test_the_tree_meter_reads_again_after_a_jump_in_rss():
     time.sleep(ProcessTreeMeter.STALE_REREAD_S)
     assert meter.read(2**30 - 2**20) is first and len(calls) == 1
     assert meter.read(66 * 2**20)["pss_bytes"] == 2
+
+
+def test_stale_re_reads_stay_within_their_cpu_share():
+    """A map whose short jobs end every second makes each reading stale at once: a read that costs
+    20 ms may then come every 4 s (0.5 % of a core), not every second."""
+    calls = []
+
+    def costly_read():
+        calls.append(1)
+        time.sleep(0.02)
+        # A child that is always already gone (its pid was never a process's): always stale.
+        return {"pss_bytes": 1, "children_count": 1, "children_rss_bytes": 0, "children_pss_bytes": 0,
+                "rss_bytes": 100, "child_pids": [2**22 + 12345]}
+
+    meter = ProcessTreeMeter(costly_read)
+    meter.read(100)
+    time.sleep(ProcessTreeMeter.STALE_REREAD_S + 0.1)
+    meter.read(100)
+    assert len(calls) == 1, "a 20 ms read was repeated after 1 s for a stale reading"
