@@ -485,6 +485,16 @@ class _Cell:
         return [name for name in streak[-1].grown if name in common]
 
 
+def _measured_after(execution_count: int | None) -> str:
+    """When the leak watch's walk was made, as its advice says it (it is read in a later cell).
+
+    Example:
+        >>> _measured_after(7), _measured_after(None)
+        ('after cell [7] ran', 'after that run')
+    """
+    return f"after cell [{execution_count}] ran" if execution_count is not None else "after that run"
+
+
 def _wire_evidence(evidence: dict[str, Any] | None) -> dict[str, Any] | None:
     """The evidence of a flag as it travels: what holds the growth, what each remedy frees, how measured."""
     if not evidence:
@@ -1006,6 +1016,7 @@ class LeakWatch:
         walk = RetainedWalk(self.shell, search=search)
         del search
         proof = prove(self.shell, explained, candidates, models_left=models_grew, walk=walk, current=left.ids)
+        proof.when = _measured_after(cell.runs[-1].execution_count)  # read later, in another cell
         entries = guarded(lambda: entries_a_clean_frees(walk.kept_variable_ids()), "reading the registry")
         tf1 = _tf1_holders(self.shell)
         default_ops = tf_probe.default_graph_op_count() if tf_probe.module() is not None else None
@@ -1049,6 +1060,7 @@ class LeakWatch:
         proof = prove(self.shell, growth or 0, held_by, models_left=many_models,
                       current=left.ids if rerun_models else frozenset(),
                       walk=RetainedWalk(self.shell, search=search))
+        proof.when = _measured_after(run.execution_count)  # read later, in another cell
         del search
         return {
             "execution_count": run.execution_count,

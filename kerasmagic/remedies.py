@@ -289,6 +289,9 @@ class Proof:
     explained_bytes: int | float
     candidates: dict[str, int]
     truncated: bool = False
+    #: When the walk was made, as the sentences say it: ``now``, or ``after cell [7] ran`` for
+    #: advice kept and shown later (the leak watch's, read in a later cell or by the sidebar).
+    when: str = "now"
 
     @property
     def names(self) -> list[str]:
@@ -300,10 +303,10 @@ class Proof:
             return ("The holder search stopped at its budget, so no remedy is proven; a plain `%clear_tf` "
                     "(it deletes none of your variables) is safe.")
         if self.named is not None:
-            return f"`{self.named.command}` {self.named.phrase()} (measured now)."
+            return f"`{self.named.command}` {self.named.phrase()} (measured {self.when})."
         if self.default.retained_bytes or self.default.unsized:
             return (f"A plain `%clear_tf` (it deletes none of your variables) {self.default.phrase()}, "
-                    "held only by the output cache or the last exception (measured now).")
+                    f"held only by the output cache or the last exception (measured {self.when}).")
         return ("A plain `%clear_tf` (it deletes none of your variables) is safe, but it frees no object this "
                 "walk can size now (what it does free, collected cycles and heap handed back, is known only "
                 "after it runs).")
@@ -313,7 +316,7 @@ class Proof:
         if not self.candidates:
             return ""
         shown = ", ".join(f"`{name}` {format_bytes(size)}" for name, size in list(self.candidates.items())[:4])
-        return f"Deleting each would free only: {shown} (measured now)."
+        return f"Deleting each would free only: {shown} (measured {self.when})."
 
     def to_dict(self) -> dict[str, Any]:
         return {"named": self.named.to_dict() if self.named is not None else None,

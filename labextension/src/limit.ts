@@ -65,7 +65,6 @@ function sourceText(limit: IMemoryLimit, trans: IWording): string {
     case 'user':
       return trans.__('your limit');
     case 'environment':
-    case 'env':
       return trans.__('KERASMAGIC_MEMORY_LIMIT');
     case 'cgroup':
       return trans.__("the container's memory cgroup");
@@ -74,6 +73,19 @@ function sourceText(limit: IMemoryLimit, trans: IWording): string {
     default:
       return limit.source;
   }
+}
+
+/**
+ * Whose limit, once: the kernel's `where` says it for the user's, the environment's and the
+ * host's (`KERASMAGIC_MEMORY_LIMIT=1GiB`); a cgroup's path is named as one.
+ */
+function whereText(limit: IMemoryLimit, trans: IWording): string {
+  if (!limit.where) {
+    return sourceText(limit, trans);
+  }
+  return limit.source === 'cgroup'
+    ? trans.__('%1: %2', sourceText(limit, trans), limit.where)
+    : limit.where;
 }
 
 /** `the guard warns at 85 %, stops at 95 %`, or that it is off. */
@@ -146,11 +158,7 @@ export function limitView(
       formatBytes(Math.max(limit.headroom_bytes, 0)),
       guardLevels(limit.guard, trans)
     ),
-    where: trans.__(
-      '%1: %2',
-      sourceText(limit, trans),
-      limit.where ?? limit.source
-    ),
+    where: whereText(limit, trans),
     guard: guardEventText(limit.guard, trans),
     level: limitLevel(limit),
     usedPct: limit.used_pct,

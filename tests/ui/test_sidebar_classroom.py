@@ -59,7 +59,7 @@ def _check_limit_rows(page) -> None:
     assert re.fullmatch(r"Memory limit: [\d.]+ (MiB|GiB) of [\d.]+ (MiB|GiB) \(\d+ %\)", rows["headline"]), rows
     assert rows["pct"] >= 85 and rows["level"] in ("warn", "stop"), rows
     assert rows["headroom"].endswith("headroom · the guard warns at 85 %, stops at 95 %"), rows
-    assert rows["where"].startswith("your limit: "), rows
+    assert rows["where"] == "set by you: kerasmagic.set_memory_limit / %tf_mem --limit", rows
     grow_count = page.evaluate(
         f"() => window.jupyterapp.shell.currentWidget.content.widgets[{GROW}].model.executionCount")
     assert re.fullmatch(rf"Guard stopped cell \[{grow_count}\] at [\d.]+ (MiB|GiB) \(\d+ %\), \d\d:\d\d:\d\d",

@@ -68,6 +68,17 @@ describe('limitView', () => {
     ).toBe(false);
   });
 
+  it('says whose limit once', () => {
+    const env = {
+      ...LIMIT,
+      source: 'environment',
+      where: 'KERASMAGIC_MEMORY_LIMIT=1GiB'
+    };
+    expect(limitView({ ...SAMPLE, memory_limit: env }, trans)!.where).toBe(
+      'KERASMAGIC_MEMORY_LIMIT=1GiB'
+    );
+  });
+
   it('levels by the guard’s thresholds, and says when the guard is off', () => {
     expect(limitLevel({ ...LIMIT, used_pct: 50 })).toBe('ok');
     expect(limitLevel({ ...LIMIT, used_pct: 88 })).toBe('warn');
