@@ -193,7 +193,7 @@ def memory_limit(refresh: bool = False) -> MemoryLimit:
 
     Example:
         >>> limit = memory_limit()
-        >>> limit.headroom_bytes == limit.limit_bytes - limit.rss_bytes
+        >>> limit.headroom_bytes == limit.limit_bytes - (limit.rss_bytes + limit.shmem_bytes)
         True
     """
     rss = process_probe.rss_bytes()
