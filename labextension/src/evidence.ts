@@ -6,7 +6,6 @@
  * sets the kernel's `backticked` names as code. No DOM here but `appendWithCode`.
  */
 
-import { formatBytes } from './format';
 import type { IProof, IRetained } from './protocol';
 
 /** The part of a `TranslationBundle` the evidence needs (jest passes a plain one). */
@@ -63,14 +62,14 @@ export interface IEvidenceText {
 }
 
 /**
- * What the proof shows, one line each: what the proven command frees and by which objects
- * (or, with no name proven, what each candidate alone would free and what a plain
- * `%clear_tf` frees), with when it was measured; `title` says how. Null without a proof
- * (an older kernel, a cell not flagged).
+ * What the fix line (the kernel's sentence, with the figure and when it was measured) does not
+ * say: the objects the proven command frees, or, with no name proven, those a plain `%clear_tf`
+ * frees; `title` says when and how it was measured. Null without a proof (an older kernel, a
+ * cell not flagged).
  *
  * @example
  * evidenceText(cell.evidence?.proof, 'cell [6]', '02:05:47', trans)?.lines[0];
- * // 'Measured after cell [6] ran (02:05:47): `%clear_tf leak` frees 64.0 MiB: ...'
+ * // 'What it frees: ndarray[2097152] (16.0 MiB) held by leak[0]; ...'
  */
 export function evidenceText(
   proof: IProof | null | undefined,
@@ -81,52 +80,30 @@ export function evidenceText(
   if (!proof) {
     return null;
   }
-  const when = trans.__('Measured after %1 ran (%2):', cell, clock);
   const lines: string[] = [];
-  if (proof.truncated) {
-    lines.push(
-      trans.__(
-        '%1 the holder search stopped at its budget, so no name is proven.',
-        when
-      )
-    );
-  } else if (proof.named) {
-    lines.push(`${when} ${retainedLine(proof.named, trans)}`);
-  } else {
-    const candidates = Object.entries(proof.candidates_bytes ?? {});
-    const each = candidates
-      .slice(0, SHOWN_OBJECTS + 1)
-      .map(([name, bytes]) => trans.__('`%1` %2', name, formatBytes(bytes)))
-      .join(', ');
-    lines.push(
-      candidates.length
-        ? trans.__('%1 deleting each would free only %2.', when, each)
-        : trans.__('%1 no variable of yours holds it.', when)
-    );
-    lines.push(retainedLine(proof.default, trans));
+  if (proof.named && !proof.truncated) {
+    const objects = objectsLine(proof.named);
+    if (objects) {
+      lines.push(trans.__('What it frees: %1.', objects));
+    }
+  } else if (!proof.truncated) {
+    const objects = objectsLine(proof.default);
+    if (objects) {
+      lines.push(trans.__('What a plain `%clear_tf` frees: %1.', objects));
+    }
   }
   const how = proof.how_measured ?? proof.named?.how_measured ?? '';
+  const when = trans.__('Measured after %1 ran (%2).', cell, clock);
   const title = how
-    ? trans.__('How it was measured: %1.', how)
-    : trans.__('How it was measured: not said by this kernel.');
+    ? trans.__('%1 How: %2.', when, how)
+    : trans.__('%1 How: not said by this kernel.', when);
   return { lines, title };
 }
 
-/** `%clear_tf leak` frees 64.0 MiB: ndarray (16.0 MiB) held by leak[0], … and 2 more */
-function retainedLine(retained: IRetained, trans: IEvidenceWording): string {
+/** `ndarray (16.0 MiB) held by leak[0]; … and 2 more`, or '' where the walk sized none. */
+function objectsLine(retained: IRetained): string {
   const objects = retained.objects ?? [];
   const shown = objects.slice(0, SHOWN_OBJECTS).join('; ');
   const more = objects.length - SHOWN_OBJECTS;
-  const listed =
-    more > 0
-      ? trans._n('%2 and %1 more', '%2 and %1 more', more, shown)
-      : shown;
-  const bytes = formatBytes(retained.retained_bytes);
-  const frees = retained.names.length
-    ? trans.__('`%1` frees %2', retained.command, bytes)
-    : trans.__('a plain `%1` frees %2', retained.command, bytes);
-  if (!objects.length) {
-    return trans.__('%1 (no object this walk can size).', frees);
-  }
-  return trans.__('%1: %2.', frees, listed);
+  return more > 0 ? `${shown} and ${more} more` : shown;
 }
