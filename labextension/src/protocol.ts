@@ -469,6 +469,12 @@ export const METHODS: { [direction in Direction]: string[] } = {
   to_frontend: Object.keys(TO_FRONTEND)
 };
 
+/** The fields the guards check per method (required and optional), for the schema's test. */
+export function checkedFields(direction: Direction, method: string): string[] {
+  const spec = (direction === 'to_kernel' ? TO_KERNEL : TO_FRONTEND)[method];
+  return [...Object.keys(spec.required), ...Object.keys(spec.optional)];
+}
+
 /**
  * Check a message against the protocol. Unknown extra fields are allowed (a newer minor
  * version may add them).

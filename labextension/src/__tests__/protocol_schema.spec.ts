@@ -6,7 +6,7 @@ import { spawnSync } from 'child_process';
 import * as fs from 'fs';
 import * as path from 'path';
 
-import { METHODS, PROTOCOL_VERSION } from '../protocol';
+import { checkedFields, METHODS, PROTOCOL_VERSION } from '../protocol';
 
 // `jlpm gen:protocol`'s script, run as it is (prettier, which it formats with, loads its
 // plugins by dynamic import, which jest's module system refuses).
@@ -53,6 +53,29 @@ describe('the protocol schema', () => {
 
   it('is of this protocol version', () => {
     expect(SCHEMA['x-protocol-version']).toBe(PROTOCOL_VERSION);
+  });
+
+  it('has the guards check every field the schema gives each message', () => {
+    // The hand-written checks once missed three fields the panel reads (memory_limit,
+    // custom_gradient_entries, cell_ended_ts): a message field the schema adds must be checked.
+    const unions = {
+      to_kernel: 'FrontendMessage',
+      to_frontend: 'KernelMessage'
+    };
+    for (const [direction, union] of Object.entries(unions)) {
+      for (const ref of SCHEMA.$defs[union].anyOf) {
+        const message = SCHEMA.$defs[ref.$ref.split('/').pop()];
+        const method = message.properties.method.const;
+        const fields = Object.keys(message.properties).filter(
+          f => f !== 'method'
+        );
+        expect([
+          direction,
+          method,
+          checkedFields(direction as any, method).sort()
+        ]).toEqual([direction, method, fields.sort()]);
+      }
+    }
   });
 
   it('names the methods the guards check, in both directions', () => {
