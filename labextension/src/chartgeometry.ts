@@ -425,7 +425,8 @@ export interface IMarkGroup {
 
 /**
  * Marks grouped where they lie within `minGapPx` of the group's first one, in time order, with
- * a label per group that says how many of each kind (`text` names a kind) and fits.
+ * a label per group that says how many of each kind (`text` names a kind) and fits between
+ * `minX` (the plot's left: the axis labels' gutter is theirs) and `width`.
  */
 export function groupMarks(
   marks: IMarkLike[],
@@ -433,7 +434,8 @@ export function groupMarks(
   text: (kind: string) => string,
   minGapPx = 14,
   charPx = 6.5,
-  width = Infinity
+  width = Infinity,
+  minX = 0
 ): IMarkGroup[] {
   const groups: IMarkGroup[] = [];
   for (const mark of [...marks].sort((a, b) => a.ts - b.ts)) {
@@ -459,11 +461,16 @@ export function groupMarks(
       .map(([kind, n]) => (n > 1 ? `${n}× ${text(kind)}` : text(kind)))
       .join(', ');
     // A mark near the right edge (the newest: the one looked for) has its label end at the
-    // edge, never past it, nor past the left edge where the chart is narrow.
+    // edge, never past it, nor over the axis labels where the chart is narrow (then the
+    // label is hidden and the hover tells it).
     const labelWidth = group.label.length * charPx + 4;
-    const left = Math.max(0, Math.min(group.x + 3, width - labelWidth));
+    const fitted = Math.max(minX, Math.min(group.x + 3, width - labelWidth));
+    // A label too long for the plot stays inside the chart, hidden (it would cover the axis).
+    const left =
+      fitted + labelWidth <= width ? fitted : Math.max(0, width - labelWidth);
     group.labelX = left;
-    group.showLabel = left >= previousEnd && left + labelWidth <= width;
+    group.showLabel =
+      left >= Math.max(previousEnd, minX) && left + labelWidth <= width;
     if (group.showLabel) {
       previousEnd = left + labelWidth;
     }

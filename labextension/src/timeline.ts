@@ -370,7 +370,8 @@ export class Timeline {
       kind => markText(trans, kind),
       Math.max(14, g.fontPx * 1.4),
       g.charPx,
-      scale.width
+      scale.width,
+      scale.left
     );
     drawMarks(root, groups, scale, kind => markText(trans, kind));
     drawAxisLabels(root, scale, trans, this._windowMin === RUNS);

@@ -294,6 +294,9 @@ def test_lesson6_demonstration_and_its_screenshot(lab, projector, artifacts):
         _run_and_wait(page, index, timeout_s=240)
     page.wait_for_selector(f"{SIDEBAR}[data-state='connected'][data-sample-seq]", timeout=90_000)
     _dark(page, False)  # the theme is the lab's setting: the test before may have left it dark
+    clear_lines = f"""() => [...document.querySelectorAll('{SIDEBAR} .jp-KerasMagic-mark title')]
+        .flatMap(t => t.textContent.split('\\n')).filter(line => line.startsWith('clear ')).length"""
+    clears_before = page.evaluate(clear_lines)
     page.click(f"{SIDEBAR} .jp-KerasMagic-clear")
     page.wait_for_selector(f"{SIDEBAR} .jp-KerasMagic-report[data-status='ok']", timeout=120_000)
     # What Clear session did is in sight on the projector, not below the fold (defect 9).
@@ -304,7 +307,9 @@ def test_lesson6_demonstration_and_its_screenshot(lab, projector, artifacts):
         return {{head: [head.top, head.bottom], panel: [panel.top, panel.bottom]}};
     }}""")
     assert fold["panel"][0] <= fold["head"][0] and fold["head"][1] <= fold["panel"][1], fold
-    page.wait_for_selector(f"{SIDEBAR} .jp-KerasMagic-mark[data-kind='clear_tf']", timeout=30_000)
+    # The Clear session's mark: a line of a mark group's hover (it may share a group with the
+    # lesson's own last clean and fresh models, where marks crowd).
+    page.wait_for_function(f"() => ({clear_lines})() > {clears_before}", timeout=30_000)
     page.wait_for_selector(f"{SIDEBAR} [data-section='keras'][data-quiet='false']", timeout=30_000)
     # One fresh model mark per trial (each mark's time is a line of its group's hover).
     marks = page.evaluate(f"() => [...document.querySelectorAll('{SIDEBAR} .jp-KerasMagic-mark title')]"

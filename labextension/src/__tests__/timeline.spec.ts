@@ -302,6 +302,34 @@ describe('windowRange', () => {
   });
 });
 
+describe('groupMarks beside the axis labels', () => {
+  it('keeps a label off the gutter, or hides it inside the chart', () => {
+    const at = (ts: number) => ts;
+    const [near] = groupMarks(
+      [{ kind: 'clear_tf', ts: 10 }],
+      at,
+      () => 'clear',
+      14,
+      6.5,
+      250,
+      50
+    );
+    expect(near.labelX).toBeGreaterThanOrEqual(50);
+    expect(near.showLabel).toBe(true);
+    const [long] = groupMarks(
+      [{ kind: 'clear_tf', ts: 10 }],
+      at,
+      () => 'a label far wider than the plot beside the gutter',
+      14,
+      6.5,
+      250,
+      50
+    );
+    expect(long.showLabel).toBe(false);
+    expect(long.labelX).toBeGreaterThanOrEqual(0);
+  });
+});
+
 describe('groupMarks', () => {
   const text = (kind: string) => kind.replace('_', ' ');
   const x = (ts: number) => ts; // one pixel per second
