@@ -5,20 +5,10 @@
  */
 
 import { formatBytes } from './format';
-import { IPoint } from './history';
+import { ICellRun, IPoint } from './history';
 
-/** One cell run as the kernel recorded it (kernel-clock seconds; `endedTs` null: running). */
-export interface ICellRunLike {
-  executionCount: number | null;
-  cellId: string | null;
-  startedTs: number;
-  endedTs: number | null;
-  status: string;
-  rssStartBytes?: number | null;
-  rssEndBytes?: number | null;
-  peakRssBytes?: number | null;
-  peakExact?: boolean;
-}
+/** One cell run as the kernel recorded it: the history's own type, named as the chart uses it. */
+export type ICellRunLike = ICellRun;
 
 /**
  * What a finished cell did to the kernel's memory: `+201 MiB`, and its peak where that rose
