@@ -11,6 +11,7 @@ import threading
 import time
 
 import pytest
+from process_waits import exited_within
 
 from kerasmagic.isolation import (
     IsolatedCellError,
@@ -249,17 +250,6 @@ def _wait_for(path, within=120.0):
         return int(handle.read().strip())
 
 
-def _gone(pid, within=10.0):
-    import psutil
-
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        if not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
-            return True
-        time.sleep(0.05)
-    return False
-
-
 SLEEPER = "import os, time\nopen(pid_file, 'w').write(str(os.getpid()))\ntime.sleep(60)\n"
 
 
@@ -270,7 +260,7 @@ def test_a_timeout_kills_the_job_on_its_node(cluster):
         run_isolated(SLEEPER, inputs={"pid_file": pid_file}, timeout=3, on="ray")
     assert time.monotonic() - started < 40
     assert "timeout of 3 s" in str(caught.value) and "on node" in str(caught.value)
-    assert _gone(_wait_for(pid_file, 1)), "the job's process outlived its timeout"
+    assert exited_within(_wait_for(pid_file, 1), within=10), "the job's process outlived its timeout"
     os.unlink(pid_file)
 
 
@@ -285,7 +275,7 @@ def test_ctrl_c_kills_the_job_on_its_node(cluster, sigint_raises):
     with pytest.raises(IsolatedInterrupt) as caught:
         run_isolated(SLEEPER, inputs={"pid_file": pid_file}, on="ray")
     assert "was killed" in str(caught.value)
-    assert _gone(_wait_for(pid_file, 1)), "the job's process outlived Ctrl-C"
+    assert exited_within(_wait_for(pid_file, 1), within=10), "the job's process outlived Ctrl-C"
     os.unlink(pid_file)
 
 
@@ -359,7 +349,7 @@ def test_a_raylet_killed_mid_job_takes_the_nodes_agent_template_and_job_with_it(
         os.kill(raylet_pid(doomed), signal.SIGKILL)
         runner.join(timeout=90)
         assert outcome and isinstance(outcome[0], IsolatedCrash), outcome
-        left = [pid for pid in family if not _gone(pid, within=30)]
+        left = [pid for pid in family if not exited_within(pid, within=30)]
         assert not left, f"still running after their raylet died: {left} (job, template, agent: {family})"
     finally:
         os.unlink(path)
@@ -837,7 +827,7 @@ def test_ray_shutdown_during_a_job_ends_it_in_words_and_starts_no_cluster(cluste
         ray.init(address=cluster.address, log_to_driver=False, logging_level="ERROR")
         stopper.join(timeout=30)
         assert ray.is_initialized() and ray._private.worker._global_node is not None
-        assert _gone(_wait_for(pid_file, 1), within=30), "the job outlived the connection it ran under"
+        assert exited_within(_wait_for(pid_file, 1), within=30), "the job outlived the connection it ran under"
     finally:
         os.unlink(pid_file)
         stopper.join(timeout=30)
