@@ -337,6 +337,9 @@ def _process_tree(value: Any) -> bool:
         and _is_number(value.get("children_count"))
         and _is_number(value.get("children_rss_bytes"))
         and all(_number_or_unavailable(value.get(k)) for k in ("pss_bytes", "children_pss_bytes"))
+        # Optional, later 1.7 kernels: the RSS it was read at, whether it is stale, its period.
+        and all(k not in value or _is_number(value[k]) for k in ("rss_bytes", "period_s"))
+        and isinstance(value.get("stale", False), bool)
     )
 
 

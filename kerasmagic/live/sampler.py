@@ -80,7 +80,9 @@ class ProcessTreeMeter:
     PSS makes Linux walk the page tables (about 15 ms for a 1.2 GiB process with TensorFlow;
     RSS is 10 µs): the meter reads at most every :attr:`MIN_INTERVAL_S`, and less often where
     a read costs more, so that on schedule it takes at most :attr:`CPU_SHARE` of one core. Each
-    reading carries its own ``ts``: the sidebar says how old it is. A reading that has become
+    reading carries its own ``ts``; a sample carries it with ``stale`` (whether the meter still
+    counts it as describing the process: the sidebar gives the age of a stale one, and has no
+    rule of its own) and ``period_s`` (:meth:`for_sample`). A reading that has become
     wrong is taken again sooner (at most every :attr:`STALE_REREAD_S`, and within
     :attr:`STALE_CPU_SHARE` of one core: a map whose short jobs end every second must not have
     the tree walked every second), whatever the schedule:
@@ -115,6 +117,7 @@ class ProcessTreeMeter:
         self._next_due = 0.0
         self._child_pids: list[int] = []
         self._cost_s = 0.0
+        self._period_s = self.MIN_INTERVAL_S
 
     def read(self, rss_bytes: int | None = None) -> dict[str, Any] | None:
         """The latest reading, taken now if it is due or has become wrong (``rss_bytes``: the
@@ -135,8 +138,25 @@ class ProcessTreeMeter:
                     value = {"ts": time.time(), **value}
                 self._value = value
                 self._read_at = now
-                self._next_due = now + max(self.MIN_INTERVAL_S, cost / self.CPU_SHARE)
+                self._period_s = max(self.MIN_INTERVAL_S, cost / self.CPU_SHARE)
+                self._next_due = now + self._period_s
             return self._value
+
+    def for_sample(self, rss_bytes: int | None = None) -> dict[str, Any] | None:
+        """The latest reading (:meth:`read`) as a sample carries it: with ``stale``, whether it
+        no longer describes the process (a child it counted is gone, or RSS jumped, and the
+        re-read waits for its CPU share), and ``period_s``, its reading period now.
+
+        Example:
+            >>> reading = ProcessTreeMeter().for_sample()
+            >>> reading["stale"], reading["period_s"] >= ProcessTreeMeter.MIN_INTERVAL_S
+            (False, True)
+        """
+        value = self.read(rss_bytes)
+        if not isinstance(value, dict) or value.get("status") == "unavailable":
+            return value
+        with self._lock:
+            return {**value, "stale": self._stale(rss_bytes), "period_s": round(self._period_s, 1)}
 
     def _stale(self, rss_bytes: int | None) -> bool:
         """Whether the last reading no longer holds: a child it counted is gone, or RSS jumped."""
@@ -187,7 +207,7 @@ def take_sample(seq: int, cpu: CpuMeter | None = None, tree: ProcessTreeMeter | 
         message["custom_gradient_entries"] = entries
     if tree is not None:
         rss = message.get("rss_bytes")
-        message["process_tree"] = tree.read(rss if isinstance(rss, int) else None)
+        message["process_tree"] = tree.for_sample(rss if isinstance(rss, int) else None)
     message["sample_cost_s"] = time.perf_counter() - started
     return message
 

@@ -253,6 +253,14 @@ export interface IProcessTree {
    * Optional (1.7, later kernels): the kernel's RSS when this PSS was read, so that a PSS from before a jump in RSS can be told.
    */
   rss_bytes?: number;
+  /**
+   * Optional (later 1.7 kernels): the kernel no longer counts this reading as describing the process (a child it counted has exited, or RSS moved by 64 MiB and 10 % since), and reads again once its CPU share allows. A frontend gives the age of a stale reading; it has no rule of its own.
+   */
+  stale?: boolean;
+  /**
+   * Optional (later 1.7 kernels): seconds between the kernel's scheduled readings now (5 s, more where a reading costs more).
+   */
+  period_s?: number;
 }
 /**
  * Since 1.7: what NVML counts for the kernel beyond every framework's pool (the CUDA context and the libraries' buffers), as `%tf_mem` estimates it (kerasmagic.probes.sample.cuda_context).

@@ -238,7 +238,11 @@ const processTree: Check = v =>
     isNumber(v.children_count) &&
     isNumber(v.children_rss_bytes) &&
     numberOrUnavailable(v.pss_bytes) &&
-    numberOrUnavailable(v.children_pss_bytes));
+    numberOrUnavailable(v.children_pss_bytes) &&
+    // Optional, later 1.7 kernels.
+    (v.rss_bytes === undefined || isNumber(v.rss_bytes)) &&
+    (v.period_s === undefined || isNumber(v.period_s)) &&
+    (v.stale === undefined || typeof v.stale === 'boolean'));
 
 /** A sample's `gpu_context` (since 1.7): NVML's figure for the kernel less the pools. */
 const gpuContext: Check = v =>

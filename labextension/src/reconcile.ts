@@ -4,18 +4,12 @@
  * out; jupyter-resource-usage's kernel panel shows ipykernel's `usage_request`, the PSS of the
  * kernel and all its child processes summed (RSS only where the OS gives no PSS). Every
  * figure here says which sum it is. The kernel reads PSS and the children every few seconds
- * (`process_tree`); a reading older than that, or from before a jump in RSS, says its age.
+ * (`process_tree`); a reading the kernel calls stale (a child gone, a jump in RSS) says its age.
  */
 
 import { formatBytes } from './format';
 import { IProcessTree, ISample, isNumber, isUnavailable } from './protocol';
 import { formatClock, IWording } from './timeline';
-
-/** How often the kernel reads PSS and the children at most (sampler.py `MIN_INTERVAL_S`). */
-export const TREE_PERIOD_S = 5;
-/** RSS moved by this much (and `JUMP_SHARE`) since the PSS was read: the PSS is from before. */
-const JUMP_BYTES = 16 * 2 ** 20;
-const JUMP_SHARE = 0.05;
 
 /** The RSS headline's lines under the figure and its hover text. */
 export interface IRssReconciliation {
@@ -67,27 +61,18 @@ export function rssReconciliation(
 }
 
 /**
- * How many seconds `tree` is older than the sample's RSS, or null while it still describes
- * the process: within its reading period (plus a sample's slack), and RSS has not jumped
- * since it was read (a later kernel says its RSS then).
+ * How many seconds `tree` is older than the sample, when the kernel says it no longer describes
+ * the process (`stale`: a child it counted has exited, or RSS jumped since); else null. The rule
+ * is the kernel's (sampler.py `ProcessTreeMeter`), so a kernel that does not send `stale` gets
+ * no age.
  */
 export function staleSeconds(
   sample: ISample,
   tree: IProcessTree
 ): number | null {
-  const age = sample.ts - tree.ts;
-  const slack = sample.interval_s ?? 1;
-  if (age > TREE_PERIOD_S + slack) {
-    return Math.round(age);
-  }
-  const then = tree.rss_bytes;
-  if (age >= 0.5 && isNumber(then) && isNumber(sample.rss_bytes)) {
-    const moved = Math.abs(sample.rss_bytes - then);
-    if (moved >= JUMP_BYTES && moved >= JUMP_SHARE * then) {
-      return Math.max(1, Math.round(age));
-    }
-  }
-  return null;
+  return tree.stale === true
+    ? Math.max(1, Math.round(sample.ts - tree.ts))
+    : null;
 }
 
 function withTree(
@@ -127,11 +112,13 @@ function withTree(
     );
   }
   parts.push(
-    trans.__(
-      'PSS and child processes as of %1 (read every %2 s at most, less often where a reading costs more, and again when a child exits or RSS jumps).',
-      formatClock(tree.ts),
-      TREE_PERIOD_S
-    )
+    isNumber(tree.period_s)
+      ? trans.__(
+          'PSS and child processes as of %1 (read every %2 s now, and again when a child exits or RSS jumps).',
+          formatClock(tree.ts),
+          tree.period_s
+        )
+      : trans.__('PSS and child processes as of %1.', formatClock(tree.ts))
   );
   return {
     lines,

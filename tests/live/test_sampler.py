@@ -262,3 +262,21 @@ def test_stale_re_reads_stay_within_their_cpu_share():
     time.sleep(ProcessTreeMeter.STALE_REREAD_S + 0.1)
     meter.read(100)
     assert len(calls) == 1, "a 20 ms read was repeated after 1 s for a stale reading"
+    # Held back by its CPU share, the reading goes out marked stale: the sidebar gives its age.
+    carried = meter.for_sample(100)
+    assert carried["stale"] is True and carried["period_s"] >= ProcessTreeMeter.MIN_INTERVAL_S
+
+
+def test_a_sample_says_whether_its_reading_still_describes_the_process():
+    """The sidebar has no staleness rule of its own: each sample's ``process_tree`` says ``stale``."""
+    calls = []
+    meter = ProcessTreeMeter(lambda: calls.append(1) or {
+        "pss_bytes": len(calls), "children_count": 0, "children_rss_bytes": 0, "children_pss_bytes": 0,
+        "rss_bytes": 2**30, "child_pids": []})
+    fresh = meter.for_sample(2**30)
+    assert fresh["stale"] is False and fresh["period_s"] == ProcessTreeMeter.MIN_INTERVAL_S
+    assert protocol.validate({**take_sample(1), "process_tree": fresh}, "to_frontend")
+    # RSS fell by 1 GiB within the re-read floor: the same reading, now stale, and not re-read yet.
+    moved = meter.for_sample(66 * 2**20)
+    assert moved["stale"] is True and moved["pss_bytes"] == 1 and len(calls) == 1
+    assert meter.for_sample(2**30)["stale"] is False  # back where it was read: it describes it again

@@ -66,37 +66,40 @@ describe('rssReconciliation', () => {
     expect(older.title).not.toMatch(/PSS/);
   });
 
-  it('gives the age of a reading older than its period, on every figure from it', () => {
-    const s = sample('sample_process_tree'); // read 4.3 s before the sample
+  it('gives the age of a reading the kernel calls stale, on every figure from it', () => {
+    const s = sample('sample_process_tree'); // read 4.3 s before the sample, not stale
     expect(rssReconciliation(s, trans).staleS).toBeNull();
-    // Three minutes after six children exited (issue 31, item 3).
-    const old = { ...s, ts: (s.process_tree as any).ts + 193.2 };
+    expect(rssReconciliation(s, trans).title).toMatch(
+      /as of .* \(read every 5 s now, and again when a child exits or RSS jumps\)/
+    );
+    // Three minutes after six children exited (issue 31, item 3), were the re-read held back.
+    const tree = { ...(s.process_tree as any), stale: true };
+    const old = { ...s, ts: tree.ts + 193.2, process_tree: tree };
     const r = rssReconciliation(old, trans);
     expect(r.staleS).toBe(193);
     expect(r.lines).toEqual([
       'RSS of this process · PSS 393 MiB, 193 s ago',
       'with 2 child processes, 193 s ago: PSS 681 MiB · RSS 1.35 GiB'
     ]);
+    // However young: "66.5 MiB · PSS 1.05 GiB" 2 s after 1 GiB was freed.
+    const jumped = { ...s, ts: tree.ts + 0.4, process_tree: tree };
+    expect(staleSeconds(jumped, tree)).toBe(1);
   });
 
-  it('gives the age of a PSS from before a jump in RSS, however young', () => {
+  it('has no staleness rule of its own: old or moved, a reading not called stale has no age', () => {
     const s = sample('sample_process_tree');
     const tree = s.process_tree as any;
-    // "66.5 MiB · PSS 1.05 GiB" for 1–3 s after 1 GiB was freed.
-    const jumped = {
+    const moved = {
       ...s,
-      ts: tree.ts + 2,
+      ts: tree.ts + 193,
       rss_bytes: 66.5 * 2 ** 20,
       process_tree: { ...tree, pss_bytes: 1.05 * 2 ** 30, rss_bytes: 2 ** 30 }
     };
-    expect(rssReconciliation(jumped, trans).lines[0]).toBe(
-      'RSS of this process · PSS 1.05 GiB, 2 s ago'
-    );
-    const steady = {
-      ...jumped,
-      process_tree: { ...jumped.process_tree, rss_bytes: 67 * 2 ** 20 }
-    };
-    expect(staleSeconds(steady, steady.process_tree)).toBeNull();
+    expect(staleSeconds(moved, moved.process_tree)).toBeNull();
+    // A kernel without `period_s` (before later 1.7) is not given a period it did not say.
+    const { period_s: _, ...older } = tree;
+    const title = rssReconciliation({ ...s, process_tree: older }, trans).title;
+    expect(title).toMatch(/PSS and child processes as of [^(]*\.$/);
   });
 
   it('uses the singular for one child', () => {
