@@ -425,7 +425,7 @@ class _Cell:
         made = left is not None and bool(left.refs or left.unreferenced)
         if made and alive == 0:
             return None
-        return {**self.one_run, "left_alive": alive}
+        return {**self.one_run, "left_alive": alive, "sentence": one_run_sentence(self.one_run)}
 
     @property
     def streak(self) -> list[CellRun]:
@@ -450,7 +450,7 @@ class _Cell:
             per_run = {name: _mean([getattr(run, name) for run in streak]) for name in _FIGURES}
             growth = _mean([run.growth_bytes for run in streak])
             fix, fix_text, held_by = advice(per_run, self.evidence if len(streak) >= MIN_RUNS else None)
-        return {
+        summary = {
             "key": self.key,
             "cell_id": self.cell_id,
             "execution_count": last.execution_count,
@@ -468,6 +468,9 @@ class _Cell:
             "one_run": self.one_run_now(),
             "evidence": _wire_evidence(self.evidence) if streak and len(streak) >= MIN_RUNS else None,
         }
+        # The flag's words travel with it: the sidebar shows them rather than wording them again.
+        summary["sentence"] = growth_sentence(summary) if summary["flagged"] else None
+        return summary
 
     def streak_ran_alone(self) -> bool:
         """Whether a growing run of the streak came right after the cell's own previous run (nothing
@@ -743,7 +746,7 @@ class CellGrowthReport(Report):
                         f"{format_bytes(cell['growth_per_run_bytes'], signed=True)} / run",
                         f"{cell['streak']} runs in a row · per run: {details(cell['per_run'])}"
                         + (f" · {cell['first_line']}" if cell["first_line"] else ""))
-            flagged.notes.append(f"{growth_sentence(cell)}. {cell.get('fix_text') or FIX_TEXT.get(cell['fix'], '')}")
+            flagged.notes.append(f"{cell['sentence']}. {cell.get('fix_text') or FIX_TEXT.get(cell['fix'], '')}")
         if not flagged.rows:
             flagged.notes.append(
                 f"none: no cell grew by more than {format_bytes(NOISE_BYTES)} on {MIN_RUNS} re-runs in a row "
@@ -755,7 +758,7 @@ class CellGrowthReport(Report):
                        format_bytes(one_run["growth_bytes"], signed=True),
                        f"{details(cell['last'])}" + (f" · {cell['first_line']}" if cell["first_line"] else ""))
             remedy = one_run.get("remedy_text") or ""
-            single.notes.append(f"{one_run_sentence(one_run)}." + (f" {remedy}" if remedy else ""))
+            single.notes.append(f"{one_run['sentence']}." + (f" {remedy}" if remedy else ""))
         recent = Section("Last run of the other recent cells")
         for cell in self.cells:
             if cell["flagged"] or cell.get("one_run"):

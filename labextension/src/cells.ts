@@ -41,7 +41,6 @@ function signedCount(count: number): string {
   return `${rounded > 0 ? '+' : '−'}${text}`;
 }
 
-/** The flag's sentence: `cell [12] grows 9.77 MiB per run (4 runs)`. */
 /**
  * The cells whose last run left much behind on its own (not flagged by the run-over-run rule),
  * as the kernel's one-run rule names them.
@@ -50,53 +49,13 @@ export function oneRunCells(message: ICellGrowth | null): ICellSummary[] {
   return (message?.cells ?? []).filter(cell => !cell.flagged && cell.one_run);
 }
 
-/** The holders a sentence names, as `%tf_mem --cells` does: `a`, `b`, `c` and 2 more. */
-export function heldByText(names: string[], trans: IWording): string {
-  const shown = names
-    .slice(0, 3)
-    .map(name => `\`${name}\``)
-    .join(', ');
-  const more = names.length - 3;
-  return more > 0
-    ? trans._n('%2 and %1 more', '%2 and %1 more', more, shown)
-    : shown;
-}
-
-/** Growth within this is noise (the kernel's NOISE_BYTES, its message's `threshold_bytes`). */
-const NOISE_BYTES = 2 ** 20;
-
 /**
- * What one run left behind, in the words `%tf_mem --cells` prints (leak_watch.one_run_sentence):
- * `cell [3] grew +201 MiB and left 6 live models, held by \`models\``, or on a re-run
- * `cell [7] left 1 more live model than its previous run, held by \`histories\``.
+ * What one run left behind, in the kernel's words (`one_run.sentence`, leak_watch.one_run_sentence):
+ * `cell [3] grew +201 MiB and left 6 live models, held by \`models\``. The rule that picks what
+ * it names (growth over the kernel's noise, models left) is the kernel's alone.
  */
-export function oneRunSentence(cell: ICellSummary, trans: IWording): string {
-  const run = cell.one_run!;
-  const label = cellLabel(run.execution_count ?? cell.execution_count);
-  const parts: string[] = [];
-  if (typeof run.growth_bytes === 'number' && run.growth_bytes > NOISE_BYTES) {
-    parts.push(trans.__('grew %1', signedBytes(run.growth_bytes)));
-  }
-  const models = run.new_models;
-  if (models > 0) {
-    parts.push(
-      run.first
-        ? trans._n('left %1 live model', 'left %1 live models', models)
-        : trans._n(
-            'left %1 more live model than its previous run',
-            'left %1 more live models than its previous run',
-            models
-          )
-    );
-  }
-  const sentence = `${label} ${parts.join(trans.__(' and ')) || trans.__('ran')}`;
-  if (run.held_by.length) {
-    return trans.__('%1, held by %2', sentence, heldByText(run.held_by, trans));
-  }
-  return trans.__(
-    "%1; none of your variables holds it (TensorFlow's pool, the C heap or a framework's cache)",
-    sentence
-  );
+export function oneRunSentence(cell: ICellSummary): string {
+  return cell.one_run?.sentence ?? '';
 }
 
 /** The fix under a row in the kernel's words (`fix_text`, a one-run's `remedy_text`); '' if none. */
@@ -107,7 +66,14 @@ export function kernelFixText(cell: ICellSummary): string {
   return cell.one_run?.remedy_text ?? '';
 }
 
+/**
+ * The flag's sentence, `cell [12] grows 9.77 MiB per run (4 runs)`: the kernel's `sentence`,
+ * worded here only for a kernel before later 1.7, which sends none.
+ */
 export function growthSentence(cell: ICellSummary, trans: IWording): string {
+  if (cell.sentence) {
+    return cell.sentence;
+  }
   return trans.__(
     '%1 grows %2 per run (%3 runs)',
     cellLabel(cell.execution_count),
@@ -394,7 +360,7 @@ export class LeakWatchSection {
       this._list.appendChild(this._item(cell, growthSentence(cell, trans)));
     }
     for (const cell of oneRun) {
-      this._list.appendChild(this._item(cell, oneRunSentence(cell, trans)));
+      this._list.appendChild(this._item(cell, oneRunSentence(cell)));
     }
   }
 

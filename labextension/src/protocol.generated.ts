@@ -533,6 +533,10 @@ export interface ICellSummary {
    * Optional (1.7, later kernels): the evidence `fix_text` was chosen from (null without a flag).
    */
   evidence?: IEvidence | null;
+  /**
+   * Optional (later 1.7 kernels): the flag's sentence as `%tf_mem --cells` prints it, "cell [12] grows 9.60 MiB per run (5 runs)"; null for a cell that is not flagged.
+   */
+  sentence?: string | null;
 }
 /**
  * A cell's figures: the change in RSS, TF in use, GPU (NVML), registry entries, models; each a number or null.
@@ -571,6 +575,10 @@ export interface IOneRun {
    * Optional (1.7, later kernels): how many of the objects the run made are still alive (null: not followed).
    */
   left_alive?: number | null;
+  /**
+   * What the run left behind in the words `%tf_mem --cells` prints: "cell [3] grew +201 MiB and left 6 live models, held by `models`". A frontend shows it as it is.
+   */
+  sentence: string;
 }
 /**
  * Optional (1.7, later kernels): the proof behind a remedy (kerasmagic/remedies.py `Proof.to_dict()`): the names proven to free a real share of the growth (`named`, null: none), the safe default (a plain `%clear_tf`), the growth it explains, what deleting each candidate alone would free, and whether the walk stopped at its budget.

@@ -60,6 +60,7 @@ def test_a_cell_that_appends_2_mib_to_a_global_list_is_flagged(shell):
     assert (cell["fix"], cell["held_by"]) == ("delete", ["leak"]), cell
     assert "`%clear_tf leak`" in cell["fix_text"] and "--isolate" not in cell["fix_text"], cell
     sentence = leak_watch.growth_sentence(cell)
+    assert cell["sentence"] == sentence  # the wire carries the words: the sidebar does not word them again
     assert sentence.startswith(f"cell [{cell['execution_count']}] grows 2.0") and sentence.endswith(
         " MiB per run (3 runs)"), sentence
     assert cell["key"].startswith("sha1:") and cell["cell_id"] is None  # no frontend cell id here
@@ -70,7 +71,7 @@ def test_a_cell_that_does_not_keep_memory_is_not_flagged(shell):
     report = kerasmagic.cell_growth()
     assert report.flagged == []
     cell = _cell(report, "tmp = bytearray(2 * 2**20)")
-    assert (cell["runs"], cell["flagged"]) == (5, False)
+    assert (cell["runs"], cell["flagged"], cell["sentence"]) == (5, False, None)
     assert abs(cell["last"]["rss_bytes"]) < MIB
 
 
@@ -285,6 +286,7 @@ def test_one_run_that_keeps_a_large_array_is_named_with_its_holder_on_its_first_
     assert one_run is not None and one_run["first"] and one_run["held_by"] == ["big"], one_run
     assert one_run["growth_bytes"] >= 110 * MIB, one_run
     sentence = leak_watch.one_run_sentence(one_run)
+    assert one_run["sentence"] == sentence
     assert sentence.startswith(f"cell [{cell['execution_count']}] grew +1") and sentence.endswith(
         "MiB, held by `big`"), sentence
     text = str(report)

@@ -160,7 +160,9 @@ describe('the one-run rule', () => {
       first: true,
       growth_bytes: 201 * 1024 * 1024,
       new_models: 6,
-      held_by: ['models']
+      held_by: ['models'],
+      sentence:
+        'cell [3] grew +201 MiB and left 6 live models, held by `models`'
     },
     fix_text: 'del models, or %clear_tf models'
   });
@@ -168,8 +170,8 @@ describe('the one-run rule', () => {
   it('names a run that left much behind, not "no cell grows"', () => {
     const message = { ...MESSAGE, cells: [MESSAGE.cells[1], grewOnce] };
     expect(oneRunCells(message)).toEqual([grewOnce]);
-    // The words `%tf_mem --cells` prints (leak_watch.one_run_sentence's doctest).
-    expect(oneRunSentence(grewOnce, trans)).toBe(
+    // The kernel's words, as `%tf_mem --cells` prints them (leak_watch.one_run_sentence).
+    expect(oneRunSentence(grewOnce)).toBe(
       'cell [3] grew +201 MiB and left 6 live models, held by `models`'
     );
     expect(titleText(message, true, '1.5.0', trans)).toBe(
@@ -177,35 +179,28 @@ describe('the one-run rule', () => {
     );
   });
 
-  it("says one model in the singular, and a re-run's model as one more than before", () => {
-    const rerun = cell({
+  it("has no wording of its own for a run: the kernel's sentence, whatever its figures", () => {
+    // Growth under the kernel's noise floor is the kernel's to leave out: the row does not
+    // word the figures again (it once had a noise threshold of its own).
+    const quiet = cell({
       flagged: false,
       one_run: {
-        execution_count: 7,
-        first: false,
-        growth_bytes: 0,
-        new_models: 1,
-        held_by: ['histories']
+        ...grewOnce.one_run!,
+        growth_bytes: 512 * 1024,
+        sentence: 'cell [7] left 1 more live model than its previous run'
       }
     });
-    expect(oneRunSentence(rerun, trans)).toBe(
-      'cell [7] left 1 more live model than its previous run, held by `histories`'
+    expect(oneRunSentence(quiet)).toBe(
+      'cell [7] left 1 more live model than its previous run'
     );
-    const first = cell({
-      one_run: { ...rerun.one_run!, first: true, new_models: 1, held_by: [] }
+  });
+
+  it("shows a flagged cell's sentence in the kernel's words, worded here only for older kernels", () => {
+    const said = cell({
+      sentence: 'cell [12] grows 9.60 MiB per run (5 runs)'
     });
-    expect(oneRunSentence(first, trans)).toBe(
-      "cell [7] left 1 live model; none of your variables holds it (TensorFlow's pool, the C heap or a framework's cache)"
-    );
-    const many = cell({
-      one_run: {
-        ...rerun.one_run!,
-        new_models: 2,
-        held_by: ['a', 'b', 'c', 'd', 'e']
-      }
-    });
-    expect(oneRunSentence(many, trans)).toBe(
-      'cell [7] left 2 more live models than its previous run, held by `a`, `b`, `c` and 2 more'
+    expect(growthSentence({ ...said, streak: 99 }, trans)).toBe(
+      'cell [12] grows 9.60 MiB per run (5 runs)'
     );
   });
 
@@ -221,6 +216,10 @@ describe("a row's fix and its evidence", () => {
 
   it("takes the fix in the kernel's words, as `%tf_mem --cells` prints it", () => {
     expect(validate(EVIDENCE, 'to_frontend').ok).toBe(true);
+    expect(growthSentence(flagged, trans)).toBe(flagged.sentence);
+    expect(oneRunSentence(EVIDENCE.cells[1])).toBe(
+      'cell [9] grew +201 MiB and left 6 live models, held by `models`'
+    );
     expect(kernelFixText(flagged)).toBe(flagged.fix_text);
     expect(kernelFixText(cell({ fix_text: null }))).toBe('');
     const once = cell({
@@ -231,7 +230,8 @@ describe("a row's fix and its evidence", () => {
         growth_bytes: 2 ** 28,
         new_models: 0,
         held_by: ['a'],
-        remedy_text: '`%clear_tf a` frees 256 MiB (measured now).'
+        remedy_text: '`%clear_tf a` frees 256 MiB (measured now).',
+        sentence: 'cell [3] grew +256 MiB, held by `a`'
       }
     });
     expect(kernelFixText(once)).toBe(

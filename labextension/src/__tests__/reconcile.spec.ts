@@ -97,7 +97,8 @@ describe('rssReconciliation', () => {
     };
     expect(staleSeconds(moved, moved.process_tree)).toBeNull();
     // A kernel without `period_s` (before later 1.7) is not given a period it did not say.
-    const { period_s: _, ...older } = tree;
+    const older = { ...tree };
+    delete older.period_s;
     const title = rssReconciliation({ ...s, process_tree: older }, trans).title;
     expect(title).toMatch(/PSS and child processes as of [^(]*\.$/);
   });
