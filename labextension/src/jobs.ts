@@ -5,7 +5,8 @@
  */
 
 import { formatBytes, formatSeconds } from './format';
-import { IIsolatedJob, IsolatedMessage } from './protocol';
+import { formatClock } from './chartgeometry';
+import { IIsolatedJob, isNumber, IsolatedMessage } from './protocol';
 
 /** What the panel shows for a job's `status`; each has a colour and a word. */
 export type JobState =
@@ -408,11 +409,24 @@ export function spareText(job: IIsolatedJob, trans: IWording): string {
 
 /**
  * The pool's warm spares as the newest job that lists them ended, one line each, with what
- * each costs while it waits: `Warm spare pid 43121 (GPU 0), ready: RSS 304 MiB, GPU 538 MiB`.
+ * each costs while it waits and when that was known (the kernel says no more until the next
+ * job ends, and a spare may be gone since): `Warm spare pid 43121 (GPU 0), ready for the next
+ * job: RSS 304 MiB, GPU 538 MiB, as run_isolated(fit) ended at 14:02:07`.
  */
 export function sparesLines(rows: IJobRow[], trans: IWording): string[] {
-  const spares = rows.find(row => row.job.spares)?.job.spares ?? [];
-  return spares.map(spare => {
+  const row = rows.find(row => row.job.spares);
+  if (!row) {
+    return [];
+  }
+  const { job } = row;
+  const ended = isNumber(job.wall_s)
+    ? trans.__(
+        ', as %1 ended at %2',
+        job.label,
+        formatClock(job.started_ts + job.wall_s)
+      )
+    : trans.__(', as %1 ended', job.label);
+  return (job.spares ?? []).map(spare => {
     const where =
       spare.device === null || spare.device === undefined
         ? ''
@@ -430,6 +444,13 @@ export function sparesLines(rows: IJobRow[], trans: IWording): string[] {
         : ''
     ].filter(Boolean);
     const cost = costs.length ? `: ${costs.join(', ')}` : '';
-    return trans.__('Warm spare pid %1%2, %3%4', spare.pid, where, state, cost);
+    return trans.__(
+      'Warm spare pid %1%2, %3%4%5',
+      spare.pid,
+      where,
+      state,
+      cost,
+      ended
+    );
   });
 }

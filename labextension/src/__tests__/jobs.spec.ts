@@ -3,6 +3,7 @@
  * the order the panel shows, the ticking elapsed time, and the words for states and places.
  */
 import { readFixture } from './fixtures';
+import { formatClock } from '../chartgeometry';
 
 import {
   countJobs,
@@ -400,8 +401,10 @@ describe("the pool's warm spare (issue 32)", () => {
       'in the warm spare',
       "cold fork: XLA_PYTHON_CLIENT_MEM_FRACTION differs from the spare's, and its runtime read it when it started"
     ]);
+    // As the newest job that lists them ended: the kernel says no more until the next one.
+    const ended = formatClock(1763800101.0 + 1.18);
     expect(sparesLines(rows, trans)).toEqual([
-      'Warm spare pid 43121 (GPU 0), warming up: RSS 304 MiB, GPU 538 MiB'
+      `Warm spare pid 43121 (GPU 0), warming up: RSS 304 MiB, GPU 538 MiB, as run_isolated(fit_fold) ended at ${ended}`
     ]);
   });
 
