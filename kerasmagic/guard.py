@@ -15,9 +15,9 @@ only when the main thread next runs Python bytecode, so a cell inside one long C
 
 What it can and cannot stop (issue 33):
 
-- a stop due inside an import, or inside a with block's ``__exit__``, waits for it to end: a
-  module half-imported stays broken for the kernel's life, a cleanup cut short leaves a lock held.
-  A ``finally`` block cannot be seen from outside: the stop says where it was raised;
+- a stop due inside an import, a with block's ``__exit__`` or a ``finally`` block (of any frame
+  between the cell and the line running) waits for it to end: a module half-imported stays
+  broken for the kernel's life, a cleanup cut short leaves a lock held;
 - a stop the cell's code catches (``except Exception``) is raised again, as
   :class:`~kerasmagic.errors.KernelMemoryLimitInterrupt` (no ``Exception``), once memory grows on;
 - Python threads the cell started get the stop too (a cell waiting in ``t.join()`` runs no
@@ -36,7 +36,9 @@ Each reading also goes to the kernel's post-mortem record (:mod:`kerasmagic.post
 
 from __future__ import annotations
 
+import ast
 import ctypes
+import linecache
 import logging
 import math
 import numbers
@@ -247,7 +249,47 @@ _IMPORT_FUNCTIONS = frozenset({"_find_and_load", "_find_and_load_unlocked", "_lo
 #: Cleanup code a stop must not cut short: a with block's exit (a lock released, a file closed).
 _CLEANUP_FUNCTIONS = frozenset({"__exit__", "__aexit__"})
 _DEFERRED_WORDS = {"import": "; it was due inside an import and waited for the import to end",
-                   "cleanup": "; it was due inside a with block's __exit__ and waited for it to end"}
+                   "cleanup": "; it was due inside cleanup code (a with block's __exit__ or a finally block) "
+                              "and waited for it to end"}
+
+
+#: Per source file: the lines linecache gave (kept, so that its identity tells a changed file) and
+#: the line spans of its ``finally`` blocks.
+_finally_spans_by_file: dict[str, tuple[list[str], tuple[tuple[int, int], ...]]] = {}
+
+
+def _finally_spans(filename: str, lines: list[str]) -> tuple[tuple[int, int], ...]:
+    """The first and last line of each ``finally`` block in a source file, parsed once per version.
+
+    Example:
+        >>> source = "try:", "    x = 1", "finally:", "    x = 2", "    x = 3"
+        >>> _finally_spans("<example>", [line + chr(10) for line in source])
+        ((4, 5),)
+    """
+    cached = _finally_spans_by_file.get(filename)
+    if cached is not None and cached[0] is lines:
+        return cached[1]
+    try:
+        tree = ast.parse("".join(lines))
+    except (SyntaxError, ValueError):
+        spans: tuple[tuple[int, int], ...] = ()
+    else:
+        spans = tuple((node.finalbody[0].lineno, node.finalbody[-1].end_lineno or node.finalbody[-1].lineno)
+                      for node in ast.walk(tree) if isinstance(node, ast.Try | getattr(ast, "TryStar", ast.Try))
+                      and node.finalbody)
+    _finally_spans_by_file[filename] = (lines, spans)
+    return spans
+
+
+def _in_finally_block(frame: Any) -> bool:
+    """Whether ``frame`` runs a line of a ``finally`` block: an exception raised there skips the rest
+    of the block (issue 33, item 10), so a stop waits for it. The source is the one linecache has
+    (IPython puts each cell's there); a frame without source counts as outside."""
+    filename = frame.f_code.co_filename
+    lines = linecache.getlines(filename, frame.f_globals)
+    line = frame.f_lineno
+    return bool(lines) and line is not None and any(
+        start <= line <= end for start, end in _finally_spans(filename, lines))
 
 
 def _cell_threads(cell: _Cell) -> list[threading.Thread]:
@@ -258,16 +300,13 @@ def _cell_threads(cell: _Cell) -> list[threading.Thread]:
 
 
 def _landing_words(thread_ident: int) -> str:
-    """Where the main thread is as the stop is raised, in words: a stop there skips the rest of that
-    code, ``finally`` blocks included, which the guard cannot see from outside (issue 33)."""
+    """Where the main thread is as the stop is raised, in words (no cleanup code runs there: the
+    stop waited for any)."""
     frame = sys._current_frames().get(thread_ident)
     if frame is None:
         return ""
     code = frame.f_code
-    # A stop inside a try block lets its finally run; one inside the finally block itself skips the
-    # rest of that block. Which of the two is not known from outside: the line is named.
-    return (f"; raised in {code.co_name} ({os.path.basename(code.co_filename)}, line {frame.f_lineno}): if that "
-            "line is in a finally block, the rest of that block did not run")
+    return f"; raised in {code.co_name} ({os.path.basename(code.co_filename)}, line {frame.f_lineno})"
 
 
 def _is_import_frame(code: Any) -> bool:
@@ -487,14 +526,11 @@ class MemoryGuard:
         except Exception:  # the guard must never fail for a listener's sake
             logger.debug("kerasmagic.guard: publishing %s failed", kind, exc_info=True)
 
-    def _main_thread_in_cell(self) -> bool:
-        """Whether the main thread is inside the cell's code now (below IPython's run_code), not in
-        IPython's own code before or after it: only there may the exception land."""
-        return self._main_thread_place() == "cell"
-
     def _main_thread_place(self) -> str:
-        """Where the main thread is: ``"cell"`` (the cell's own code), ``"import"`` (inside an import
-        the cell started) or ``"outside"`` (IPython's code before or after the cell)."""
+        """Where the main thread is: ``"cell"`` (the cell's own code, the only place a stop may
+        land), ``"import"`` (inside an import the cell started), ``"cleanup"`` (inside a with
+        block's ``__exit__`` or a ``finally`` block) or ``"outside"`` (IPython's code before or
+        after the cell)."""
         frame = sys._current_frames().get(self._main_ident)
         top = frame
         importing = cleaning = False
@@ -504,7 +540,7 @@ class MemoryGuard:
                     return "outside"
                 return "import" if importing else "cleanup" if cleaning else "cell"
             importing = importing or _is_import_frame(frame.f_code)
-            cleaning = cleaning or frame.f_code.co_name in _CLEANUP_FUNCTIONS
+            cleaning = cleaning or frame.f_code.co_name in _CLEANUP_FUNCTIONS or _in_finally_block(frame)
             frame = frame.f_back
         return "outside"
 
@@ -515,8 +551,8 @@ class MemoryGuard:
         if place in ("import", "cleanup"):
             # An exception raised inside a module's code leaves that module half-initialised while
             # the modules it imported stay registered: TensorFlow, pandas or JAX then fail on every
-            # later import until a restart (issue 33). One raised in a with block's __exit__ skips
-            # the rest of the cleanup (a lock stays held). The stop waits for either to end.
+            # later import until a restart (issue 33). One raised in a with block's __exit__ or a
+            # finally block skips the rest of the cleanup (a lock stays held). The stop waits.
             if not cell.deferred:
                 cell.deferred = place
                 self.deferred += 1

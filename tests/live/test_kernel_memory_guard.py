@@ -388,22 +388,25 @@ with Grows():
 
 
 FINALLY = """released = []
+kept = []
 def tidy():
-    held = []
     try:
         pass
     finally:
         for _ in range(30):
-            held.append(bytearray(16 << 20))  # the stop lands here
+            kept.append(bytearray(16 << 20))  # the stop comes due here
             time.sleep(0.05)
         released.append(True)
 tidy()
+for _ in range(40):
+    kept.append(bytearray(16 << 20))  # and lands here
+    time.sleep(0.05)
 """
 
 
 def test_a_stop_due_inside_a_with_blocks_exit_waits_for_its_cleanup(tmp_path):
-    """Issue 33, item 10: the stop landed inside ``__exit__`` and the lock stayed held; inside a
-    ``finally`` block it still lands (nothing outside can see one), and the error says so."""
+    """Issue 33, item 10: the stop landed inside ``__exit__`` and the lock stayed held. A stop due
+    there, or in a ``finally`` block, waits for the cleanup to end and lands after it."""
     session = _session(tmp_path, f"/tests/cleanup-{uuid.uuid4().hex}.ipynb")
     try:
         session.execute("%load_ext kerasmagic")
@@ -415,14 +418,16 @@ def test_a_stop_due_inside_a_with_blocks_exit_waits_for_its_cleanup(tmp_path):
             _wait_idle_after_error(session)
         assert session.execute("print(lock.locked())").strip() == "False"  # the cleanup ran whole
         assert session.execute("from kerasmagic import guard\nprint(guard.active_guard().deferred)").strip() == "1"
-        # A finally block cannot be seen from outside: a stop there cuts it short, and says where.
+        # A finally block is found in the cell's source: the stop waits for it, then lands in the
+        # loop after it, and says both.
         with pytest.raises(AssertionError) as stopped:
             session.execute(FINALLY, timeout=120)
         _wait_idle_after_error(session)
         error = ANSI.sub("", str(stopped.value))
-        assert re.search(r"raised in tidy \(.*, line \d+\): if that line is in a finally block, the rest of that "
-                         r"block did not run", error), error
-        assert session.execute("print(released)").strip() == "[]"
+        assert re.search(r"it was due inside cleanup code \(a with block's __exit__ or a finally block\) and "
+                         r"waited for it to end; raised in <module> \(.*, line 1[234]\)", error), error
+        assert session.execute("print(released)").strip() == "[True]"  # the finally block ran whole
+        assert session.execute("print(guard.active_guard().deferred)").strip() == "2"
     finally:
         session.shutdown()
 
