@@ -417,7 +417,9 @@ def sweep(folder: str, keep: int = KEEP_RECORDS, max_age_s: float = MAX_AGE_S) -
 
 
 def _clock(ts: Any) -> str:
-    return time.strftime("%H:%M:%S", time.localtime(float(ts or 0)))
+    """The kernel's clock with its zone, ``14:02:11 UTC``: a browser in another zone (a hub's kernel
+    runs in UTC) shows this sentence beside its own clocks."""
+    return time.strftime("%H:%M:%S %Z", time.localtime(float(ts or 0))).strip()
 
 
 def _signal_name(number: int) -> str:
@@ -501,7 +503,7 @@ def explain(record: dict[str, Any]) -> str:
         ...           "samples": [[0, 3 * 2**30]], "limit": {"limit_bytes": 4 * 2**30},
         ...           "death": {"died_ts": 0, "signal": 9, "oom_kills_before": 1, "oom_kills_at_death": 1}}
         >>> print(explain(record))                           # doctest: +ELLIPSIS
-        The previous kernel of this notebook died at ...:00 while cell [12] ran (`x = big()`): killed with SIGKILL, ...
+        The previous kernel of this notebook died at ... while cell [12] ran (`x = big()`): killed with SIGKILL, ...
     """
     death = record.get("death") if isinstance(record.get("death"), dict) else None
     moment, witnessed = death_time(record)

@@ -76,8 +76,10 @@ export class DeathSection {
     if (death === null) {
       return;
     }
+    // The post-mortem's sentence tells the time in the kernel's clock, with its zone: a second
+    // clock here, in the browser's zone, would give one death two times where the zones differ.
     const when =
-      death.diedTs === null
+      death.diedTs === null || death.text
         ? trans.__('The kernel died')
         : trans.__('The kernel died at %1', formatClock(death.diedTs));
     this._title.textContent =

@@ -320,7 +320,7 @@ def test_another_process_oom_killed_in_the_cgroup_is_not_the_kernels_death(memor
         # death showed the moment it noticed).
         told = second.comm_data(_open_live(second), "postmortem")
         assert killed_ts - 0.05 <= told["died_ts"] <= killed_ts + 5, (killed_ts, told)
-        clock = time.strftime("%H:%M:%S", time.localtime(told["died_ts"]))
+        clock = time.strftime("%H:%M:%S %Z", time.localtime(told["died_ts"]))
         assert f"died at {clock} " in told["text"] and told["text"] in said, (clock, told, said)
     finally:
         second.shutdown()
