@@ -44,6 +44,7 @@ import math
 import numbers
 import os
 import sys
+import textwrap
 import threading
 import time
 from dataclasses import dataclass, replace
@@ -253,31 +254,43 @@ _DEFERRED_WORDS = {"import": "; it was due inside an import and waited for the i
                               "and waited for it to end"}
 
 
-#: Per source file: the lines linecache gave (kept, so that its identity tells a changed file) and
-#: the line spans of its ``finally`` blocks.
-_finally_spans_by_file: dict[str, tuple[list[str], tuple[tuple[int, int], ...]]] = {}
+#: The line spans of each code object's ``finally`` blocks, found once per code object: a stop is
+#: due within a second, so only the running functions' own source is parsed, never whole files.
+_finally_spans_by_code: dict[Any, tuple[tuple[int, int], ...]] = {}
+_MAX_CACHED_CODES = 4096
 
 
-def _finally_spans(filename: str, lines: list[str]) -> tuple[tuple[int, int], ...]:
-    """The first and last line of each ``finally`` block in a source file, parsed once per version.
+def _finally_spans(code: Any, lines: list[str]) -> tuple[tuple[int, int], ...]:
+    """The first and last line of each ``finally`` block in ``code``'s own source (``lines``: its
+    file's, as linecache gives them); none where that source does not parse on its own.
 
     Example:
-        >>> source = "try:", "    x = 1", "finally:", "    x = 2", "    x = 3"
-        >>> _finally_spans("<example>", [line + chr(10) for line in source])
+        >>> lines = [line + chr(10) for line in ("try:", "    x = 1", "finally:", "    x = 2", "    x = 3")]
+        >>> _finally_spans(compile("".join(lines), "<example>", "exec"), lines)
         ((4, 5),)
     """
-    cached = _finally_spans_by_file.get(filename)
-    if cached is not None and cached[0] is lines:
-        return cached[1]
-    try:
-        tree = ast.parse("".join(lines))
-    except (SyntaxError, ValueError):
-        spans: tuple[tuple[int, int], ...] = ()
-    else:
-        spans = tuple((node.finalbody[0].lineno, node.finalbody[-1].end_lineno or node.finalbody[-1].lineno)
-                      for node in ast.walk(tree) if isinstance(node, ast.Try | getattr(ast, "TryStar", ast.Try))
-                      and node.finalbody)
-    _finally_spans_by_file[filename] = (lines, spans)
+    spans = _finally_spans_by_code.get(code)
+    if spans is not None:
+        return spans
+    first = code.co_firstlineno
+    last = max((line for *_, line in code.co_lines() if line), default=first)
+    spans = ()
+    # The last line with bytecode may not end the statement (a closing bracket on a line of its
+    # own): a few more lines are tried before giving up, which counts as outside a finally block.
+    for extra in range(4):
+        try:
+            tree = ast.parse(textwrap.dedent("".join(lines[max(first - 1, 0):last + extra])))
+        except (SyntaxError, ValueError):
+            continue
+        offset = max(first - 1, 0)
+        spans = tuple((node.finalbody[0].lineno + offset,
+                       (node.finalbody[-1].end_lineno or node.finalbody[-1].lineno) + offset)
+                      for node in ast.walk(tree)
+                      if isinstance(node, ast.Try | getattr(ast, "TryStar", ast.Try)) and node.finalbody)
+        break
+    if len(_finally_spans_by_code) >= _MAX_CACHED_CODES:
+        _finally_spans_by_code.clear()
+    _finally_spans_by_code[code] = spans
     return spans
 
 
@@ -285,11 +298,11 @@ def _in_finally_block(frame: Any) -> bool:
     """Whether ``frame`` runs a line of a ``finally`` block: an exception raised there skips the rest
     of the block (issue 33, item 10), so a stop waits for it. The source is the one linecache has
     (IPython puts each cell's there); a frame without source counts as outside."""
-    filename = frame.f_code.co_filename
-    lines = linecache.getlines(filename, frame.f_globals)
+    code = frame.f_code
+    lines = linecache.getlines(code.co_filename, frame.f_globals)
     line = frame.f_lineno
     return bool(lines) and line is not None and any(
-        start <= line <= end for start, end in _finally_spans(filename, lines))
+        start <= line <= end for start, end in _finally_spans(code, lines))
 
 
 def _cell_threads(cell: _Cell) -> list[threading.Thread]:

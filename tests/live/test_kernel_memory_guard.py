@@ -435,9 +435,9 @@ def test_a_stop_due_inside_a_with_blocks_exit_waits_for_its_cleanup(tmp_path):
 THREADED = """import threading, time
 grown = []
 def grow():
-    for _ in range(60):
+    for _ in range(80):
         grown.append(bytearray(16 << 20))
-        time.sleep(0.05)
+        time.sleep(0.1)
 worker = threading.Thread(target=grow, name="grower")
 worker.start()
 """
@@ -447,11 +447,17 @@ WAITS = {"join": "worker.join()", "poll": "while worker.is_alive():\n    time.sl
 
 
 def test_growth_in_a_thread_the_cell_waits_for_is_stopped_in_that_thread(memory_cgroup, tmp_path):
-    """Issue 33, item 4, in a real 1 GiB cgroup: the thread's 60 steps of 16 MiB would pass the limit."""
+    """Issue 33, item 4, in a real 1 GiB cgroup: the thread's 80 steps of 16 MiB (1.25 GiB) pass the
+    limit, and a thread stopped never reaches its end. (60 steps, 960 MiB, ended just under the limit
+    when the stop came late on a loaded machine: no harm, but nothing shown.)"""
     session = _session(tmp_path, f"/tests/thread-{uuid.uuid4().hex}.ipynb")
     try:
         _into(session, memory_cgroup)
         session.execute("%load_ext kerasmagic")
+        # Stopped at 80 %, the kernel keeps 200 MiB of room. At 95 %, on a loaded machine, it once
+        # did not report idle within a minute of the stop (likely reclaim: with no swap, a cgroup at
+        # its limit can only drop file pages, the kernel's code among them).
+        session.execute("import kerasmagic\nkerasmagic.memory_guard(warn_pct=70, stop_pct=80)")
         for wait, code in WAITS.items():
             with pytest.raises(AssertionError) as stopped:
                 session.execute(THREADED + code, timeout=120)
@@ -460,7 +466,7 @@ def test_growth_in_a_thread_the_cell_waits_for_is_stopped_in_that_thread(memory_
             assert "also raised in the thread this cell started (grower)" in error, (wait, error)
             session.execute("worker.join(10)")
             kept = int(session.execute("print(len(grown))"))
-            assert kept < 60 and session.execute("print(worker.is_alive())").strip() == "False", (wait, kept)
+            assert kept < 80 and session.execute("print(worker.is_alive())").strip() == "False", (wait, kept)
             assert _oom_kills(memory_cgroup) == 0, f"the OOM killer acted ({wait})"
             session.execute("del grown")
     finally:
