@@ -17,7 +17,10 @@ What it can and cannot stop (issue 33):
 
 - a stop due inside an import, a with block's ``__exit__`` or a ``finally`` block (of any frame
   between the cell and the line running) waits for it to end: a module half-imported stays
-  broken for the kernel's life, a cleanup cut short leaves a lock held;
+  broken for the kernel's life, a cleanup cut short leaves a lock held. It waits no longer where
+  waiting is worse: under a limit the OOM killer enforces (a cgroup's, the machine's) it lands
+  half way from the stop level to the limit, and in cleanup code while the cell's own threads
+  grow (a ``finally`` may be waiting for them in ``t.join()``); the message says what it cut;
 - a stop the cell's code catches (``except Exception``) is raised again, as
   :class:`~kerasmagic.errors.KernelMemoryLimitInterrupt` (no ``Exception``), once memory grows on;
 - Python threads the cell started get the stop too (a cell waiting in ``t.join()`` runs no
@@ -44,9 +47,9 @@ import math
 import numbers
 import os
 import sys
-import textwrap
 import threading
 import time
+import weakref
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -236,8 +239,8 @@ class _Cell:
     #: What counted against the limit when the last stop was raised; the stops raised so far.
     fired_at: int | None = None
     stops: int = 0
-    #: A stop was due while the cell was importing a module ("import") or in a with block's
-    #: ``__exit__`` ("cleanup"): it is delivered when that ends.
+    #: A stop was due while the cell was importing a module ("import") or in cleanup code, a with
+    #: block's ``__exit__`` or a ``finally`` block ("cleanup"): it is delivered when that ends.
     deferred: str = ""
 
 
@@ -252,12 +255,46 @@ _CLEANUP_FUNCTIONS = frozenset({"__exit__", "__aexit__"})
 _DEFERRED_WORDS = {"import": "; it was due inside an import and waited for the import to end",
                    "cleanup": "; it was due inside cleanup code (a with block's __exit__ or a finally block) "
                               "and waited for it to end"}
+#: Limits the OOM killer enforces (a cgroup's, the machine's): past them the kernel dies, so a stop
+#: waits for an import or cleanup only up to a ceiling. A limit set in the kernel or its environment
+#: kills nothing when passed: there the stop waits for as long as it takes.
+HARD_LIMIT_SOURCES = frozenset({"cgroup", "host"})
+def _landed_words(place: str, why: str, stop_pct: float) -> str:
+    """What a stop that could not wait did: ``place`` ``"import"`` or ``"cleanup"``, ``why``
+    ``"ceiling"`` (half way from the stop level to a limit the OOM killer enforces) or ``"threads"``
+    (the cell's own threads grow, and a cleanup may be waiting for them).
+
+    Example:
+        >>> words = _landed_words("cleanup", "threads", 95)
+        >>> "the rest of it did not run" in words, words.endswith("the cell's own threads were growing")
+        (True, True)
+    """
+    reason = ("the cell's own threads were growing" if why == "threads" else
+              f"memory was half way from {stop_pct:g} % to a limit the OOM killer enforces")
+    if place == "import":
+        return (f"; it was due inside an import and landed there ({reason}): that module may be half-imported, so "
+                "save what you need and restart the kernel before you use it")
+    return (f"; it landed inside cleanup code (a with block's __exit__ or a finally block), and the rest of it did "
+            f"not run: {reason}")
 
 
 #: The line spans of each code object's ``finally`` blocks, found once per code object: a stop is
 #: due within a second, so only the running functions' own source is parsed, never whole files.
-_finally_spans_by_code: dict[Any, tuple[tuple[int, int], ...]] = {}
-_MAX_CACHED_CODES = 4096
+_finally_spans_by_code: weakref.WeakKeyDictionary[Any, tuple[tuple[int, int], ...]] = weakref.WeakKeyDictionary()
+#: A code object's source longer than this is not parsed (a module's own code, run outside an
+#: import): it counts as outside a finally block.
+_MAX_PARSED_LINES = 2000
+
+
+def _last_line(code: Any) -> int:
+    """The last source line of ``code``: where its last statement ends (3.11+ knows each
+    instruction's end line; before, the last line with an instruction, which may end earlier)."""
+    positions = getattr(code, "co_positions", None)
+    if positions is not None:
+        ends = [end for _, end, *_ in positions() if end]
+    else:
+        ends = [line for *_, line in code.co_lines() if line]
+    return max(ends, default=code.co_firstlineno)
 
 
 def _finally_spans(code: Any, lines: list[str]) -> tuple[tuple[int, int], ...]:
@@ -272,24 +309,27 @@ def _finally_spans(code: Any, lines: list[str]) -> tuple[tuple[int, int], ...]:
     spans = _finally_spans_by_code.get(code)
     if spans is not None:
         return spans
-    first = code.co_firstlineno
-    last = max((line for *_, line in code.co_lines() if line), default=first)
+    first = max(code.co_firstlineno, 1)
+    last = _last_line(code)
     spans = ()
-    # The last line with bytecode may not end the statement (a closing bracket on a line of its
-    # own): a few more lines are tried before giving up, which counts as outside a finally block.
-    for extra in range(4):
-        try:
-            tree = ast.parse(textwrap.dedent("".join(lines[max(first - 1, 0):last + extra])))
-        except (SyntaxError, ValueError):
-            continue
-        offset = max(first - 1, 0)
-        spans = tuple((node.finalbody[0].lineno + offset,
-                       (node.finalbody[-1].end_lineno or node.finalbody[-1].lineno) + offset)
-                      for node in ast.walk(tree)
-                      if isinstance(node, ast.Try | getattr(ast, "TryStar", ast.Try)) and node.finalbody)
-        break
-    if len(_finally_spans_by_code) >= _MAX_CACHED_CODES:
-        _finally_spans_by_code.clear()
+    if last - first < _MAX_PARSED_LINES:
+        # The first line's indent comes off every line that has it (a method's source is indented;
+        # a string's lines at column 0 stay as they are, where textwrap.dedent would give up). A
+        # statement may end a line or two after its last instruction (a closing bracket): a few
+        # more are tried before giving up, which counts as outside a finally block.
+        head = lines[first - 1] if first <= len(lines) else ""
+        indent = head[:len(head) - len(head.lstrip())]
+        for extra in range(3):
+            block = [line[len(indent):] if line.startswith(indent) else line for line in lines[first - 1:last + extra]]
+            try:
+                tree = ast.parse("".join(block))
+            except (SyntaxError, ValueError):
+                continue
+            spans = tuple((node.finalbody[0].lineno + first - 1,
+                           (node.finalbody[-1].end_lineno or node.finalbody[-1].lineno) + first - 1)
+                          for node in ast.walk(tree)
+                          if isinstance(node, ast.Try | getattr(ast, "TryStar", ast.Try)) and node.finalbody)
+            break
     _finally_spans_by_code[code] = spans
     return spans
 
@@ -297,7 +337,8 @@ def _finally_spans(code: Any, lines: list[str]) -> tuple[tuple[int, int], ...]:
 def _in_finally_block(frame: Any) -> bool:
     """Whether ``frame`` runs a line of a ``finally`` block: an exception raised there skips the rest
     of the block (issue 33, item 10), so a stop waits for it. The source is the one linecache has
-    (IPython puts each cell's there); a frame without source counts as outside."""
+    (IPython puts each cell's there); a frame without source (``%%time``'s ``<timed exec>``, a string
+    given to ``exec``) counts as outside."""
     code = frame.f_code
     lines = linecache.getlines(code.co_filename, frame.f_globals)
     line = frame.f_lineno
@@ -370,7 +411,7 @@ class MemoryGuard:
         self._previous: tuple[float, int, _Cell | None] | None = None
         self.readings = 0
         self.fired = 0
-        #: Stops that were due inside an import and waited for it to end.
+        #: Stops that were due inside an import or cleanup code and waited for it to end.
         self.deferred = 0
         self.warnings = 0
         #: The last warning or stop, as the live channel's ``event`` carried it.
@@ -545,43 +586,56 @@ class MemoryGuard:
         block's ``__exit__`` or a ``finally`` block) or ``"outside"`` (IPython's code before or
         after the cell)."""
         frame = sys._current_frames().get(self._main_ident)
-        top = frame
-        importing = cleaning = False
-        while frame is not None:
-            if frame.f_code in self._run_code:
-                if frame is top:
-                    return "outside"
-                return "import" if importing else "cleanup" if cleaning else "cell"
-            importing = importing or _is_import_frame(frame.f_code)
-            cleaning = cleaning or frame.f_code.co_name in _CLEANUP_FUNCTIONS or _in_finally_block(frame)
+        frames = []
+        while frame is not None and frame.f_code not in self._run_code:
+            frames.append(frame)
             frame = frame.f_back
-        return "outside"
+        if frame is None or not frames:
+            return "outside"
+        # Imports first: a module's own code is never searched for finally blocks (parsing a large
+        # module's source would hold the GIL while memory grows).
+        if any(_is_import_frame(each.f_code) for each in frames):
+            return "import"
+        if any(each.f_code.co_name in _CLEANUP_FUNCTIONS or _in_finally_block(each) for each in frames):
+            return "cleanup"
+        return "cell"
 
     def _interrupt(self, cell: _Cell, limit: MemoryLimit) -> None:
         if self._cell is not cell:
             return  # the cell is ending: nothing to stop
         place = self._main_thread_place()
+        if place == "outside":
+            return
+        settings = _settings
+        workers = _cell_threads(cell)
+        landed_in = ""
         if place in ("import", "cleanup"):
             # An exception raised inside a module's code leaves that module half-initialised while
             # the modules it imported stay registered: TensorFlow, pandas or JAX then fail on every
             # later import until a restart (issue 33). One raised in a with block's __exit__ or a
-            # finally block skips the rest of the cleanup (a lock stays held). The stop waits.
+            # finally block skips the rest of the cleanup (a lock stays held). The stop waits, except
+            # where waiting is worse: under a limit the OOM killer enforces, past the ceiling half
+            # way from the stop level to the limit (a dead kernel loses everything); and for cleanup
+            # while the cell's own threads run (the growth may be theirs, and a finally block may
+            # be waiting for them in t.join()).
+            hard = limit.source in HARD_LIMIT_SOURCES
+            past_ceiling = hard and limit.used_pct >= (settings.stop_pct + 100) / 2
             if not cell.deferred:
                 cell.deferred = place
                 self.deferred += 1
                 logger.debug("kerasmagic.guard: stop deferred to the end of an %s", place)
-            return
-        if place != "cell":
-            return
-        settings = _settings
+            if not past_ceiling and not (place == "cleanup" and workers):
+                return
+            landed_in = place
+            deferred_words = _landed_words(place, "ceiling" if past_ceiling else "threads", settings.stop_pct)
+        else:
+            deferred_words = _DEFERRED_WORDS.get(cell.deferred, "")
         label = f"cell [{cell.number}]" if cell.number is not None else "the running cell"
         again = cell.fired
-        workers = _cell_threads(cell)
         grew = format_bytes(limit.used_bytes - cell.start_rss, signed=True)
         message = (f"{label} was stopped by kerasmagic's memory guard at {format_bytes(limit.used_bytes)} of a "
                    f"{format_bytes(limit.limit_bytes)} limit ({limit.used_pct:.0f} % ≥ {settings.stop_pct:g} %; "
-                   f"{limit.where}); it grew {grew}"
-                   f"{_DEFERRED_WORDS.get(cell.deferred, '')}{_landing_words(self._main_ident)}")
+                   f"{limit.where}); it grew {grew}{deferred_words}{_landing_words(self._main_ident)}")
         if again:
             message += (f". Stopped again: the cell's code caught the first stop (KernelMemoryLimitError is a "
                         f"MemoryError, which except Exception catches) and kept growing; this one "
@@ -594,17 +648,22 @@ class MemoryGuard:
                     "or switch the guard off (%tf_mem --guard off).")
         KernelMemoryLimitError.arm(message, cell=cell.number, rss_bytes=limit.used_bytes,
                                    limit_bytes=limit.limit_bytes)
-        cell.fired = True
-        cell.fired_at = limit.used_bytes
-        cell.stops += 1
-        self.fired += 1
-        self._publish("guard_stop", cell, limit, message)
+        # The message took time to build: the main thread may have entered an import or cleanup
+        # since. Checked once more right before raising (best effort: the stop lands at the main
+        # thread's next bytecode, which no outside check can see ahead of).
+        if not landed_in and self._main_thread_place() != "cell":
+            return
         raised = KernelMemoryLimitInterrupt if again else KernelMemoryLimitError
         # The cell's own threads get the stop too: a cell waiting in t.join() runs no bytecode, so the
         # exception cannot land in it until the thread that grows ends (issue 33, item 4).
         for thread in workers:
             ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread.ident or 0), ctypes.py_object(raised))
         ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(self._main_ident), ctypes.py_object(raised))
+        cell.fired = True
+        cell.fired_at = limit.used_bytes
+        cell.stops += 1
+        self.fired += 1
+        self._publish("guard_stop", cell, limit, message)
 
     def _emit(self, cell: _Cell, text: str) -> None:
         """One line in the running cell's output: sent with the cell's own request as its parent

@@ -123,24 +123,28 @@ class ProcessTreeMeter:
         """The latest reading, taken now if it is due or has become wrong (``rss_bytes``: the
         process's RSS now, to tell a jump)."""
         with self._lock:
-            now = time.monotonic()
-            due = self._value is None or now >= self._next_due
-            soonest = max(self.STALE_REREAD_S, self._cost_s / self.STALE_CPU_SHARE)
-            if due or (now - self._read_at >= soonest and self._stale(rss_bytes)):
-                started = time.perf_counter()
-                value = to_jsonable(guarded(self._read, "reading PSS and child processes"))
-                cost = self._cost_s = time.perf_counter() - started
-                # No reading, no children to watch: a pid gone since must not make every sample re-read.
-                self._child_pids = []
-                if isinstance(value, dict) and value.get("status") != "unavailable":
-                    pids = value.pop("child_pids", [])
-                    self._child_pids = [pid for pid in pids if isinstance(pid, int)]
-                    value = {"ts": time.time(), **value}
-                self._value = value
-                self._read_at = now
-                self._period_s = max(self.MIN_INTERVAL_S, cost / self.CPU_SHARE)
-                self._next_due = now + self._period_s
-            return self._value
+            return self._read_locked(rss_bytes)
+
+    def _read_locked(self, rss_bytes: int | None) -> dict[str, Any] | None:
+        """:meth:`read`, with the lock held."""
+        now = time.monotonic()
+        due = self._value is None or now >= self._next_due
+        soonest = max(self.STALE_REREAD_S, self._cost_s / self.STALE_CPU_SHARE)
+        if due or (now - self._read_at >= soonest and self._stale(rss_bytes)):
+            started = time.perf_counter()
+            value = to_jsonable(guarded(self._read, "reading PSS and child processes"))
+            cost = self._cost_s = time.perf_counter() - started
+            # No reading, no children to watch: a pid gone since must not make every sample re-read.
+            self._child_pids = []
+            if isinstance(value, dict) and value.get("status") != "unavailable":
+                pids = value.pop("child_pids", [])
+                self._child_pids = [pid for pid in pids if isinstance(pid, int)]
+                value = {"ts": time.time(), **value}
+            self._value = value
+            self._read_at = now
+            self._period_s = max(self.MIN_INTERVAL_S, cost / self.CPU_SHARE)
+            self._next_due = now + self._period_s
+        return self._value
 
     def for_sample(self, rss_bytes: int | None = None) -> dict[str, Any] | None:
         """The latest reading (:meth:`read`) as a sample carries it: with ``stale``, whether it
@@ -152,10 +156,12 @@ class ProcessTreeMeter:
             >>> reading["stale"], reading["period_s"] >= ProcessTreeMeter.MIN_INTERVAL_S
             (False, True)
         """
-        value = self.read(rss_bytes)
-        if not isinstance(value, dict) or value.get("status") == "unavailable":
-            return value
+        # One locked section: the sampler thread and a sidebar's own request both read, and a
+        # reading must go out with its own staleness, not the next one's.
         with self._lock:
+            value = self._read_locked(rss_bytes)
+            if not isinstance(value, dict) or value.get("status") == "unavailable":
+                return value
             return {**value, "stale": self._stale(rss_bytes), "period_s": round(self._period_s, 1)}
 
     def _stale(self, rss_bytes: int | None) -> bool:

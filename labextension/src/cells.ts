@@ -46,7 +46,9 @@ function signedCount(count: number): string {
  * as the kernel's one-run rule names them.
  */
 export function oneRunCells(message: ICellGrowth | null): ICellSummary[] {
-  return (message?.cells ?? []).filter(cell => !cell.flagged && cell.one_run);
+  return (message?.cells ?? []).filter(
+    cell => !cell.flagged && cell.one_run?.sentence
+  );
 }
 
 /**

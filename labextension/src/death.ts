@@ -26,6 +26,21 @@ export namespace DeathSection {
   }
 }
 
+/**
+ * The notice's heading: `The kernel died at 14:02:11 while cell [12] ran`, in the browser's
+ * clock, until the post-mortem's sentence tells the watcher's time (in the kernel's clock, with
+ * its zone): then without a clock, so that zones that differ never give one death two times.
+ */
+export function deathHeading(death: IDeath, trans: IWording): string {
+  const when =
+    death.diedTs === null || death.timeInText
+      ? trans.__('The kernel died')
+      : trans.__('The kernel died at %1', formatClock(death.diedTs));
+  return death.executionCount === null
+    ? when
+    : trans.__('%1 while cell [%2] ran', when, death.executionCount);
+}
+
 /** The death notice with its timeline. */
 export class DeathSection {
   constructor(private readonly _options: DeathSection.IOptions) {
@@ -76,16 +91,7 @@ export class DeathSection {
     if (death === null) {
       return;
     }
-    // The post-mortem's sentence tells the time in the kernel's clock, with its zone: a second
-    // clock here, in the browser's zone, would give one death two times where the zones differ.
-    const when =
-      death.diedTs === null || death.text
-        ? trans.__('The kernel died')
-        : trans.__('The kernel died at %1', formatClock(death.diedTs));
-    this._title.textContent =
-      death.executionCount === null
-        ? when
-        : trans.__('%1 while cell [%2] ran', when, death.executionCount);
+    this._title.textContent = deathHeading(death, trans);
     this._text.textContent =
       death.text ??
       trans.__(

@@ -33,6 +33,8 @@ export interface IDeath {
   executionCount: number | null;
   /** Why, as the next kernel's kerasmagic found it (`postmortem`); null until it says. */
   text: string | null;
+  /** Whether `text` tells `diedTs` (the watcher saw the death): in the kernel's clock and zone. */
+  timeInText?: boolean;
   /** The dead kernel's record (its timeline, runs and marks); null where this page did not
    * see the death (reloaded since: only the next kernel's `postmortem` tells it). */
   record: IKernelRecord | null;
@@ -260,11 +262,13 @@ export class KernelStore {
         diedTs: message.died_ts,
         executionCount: message.execution_count,
         text: message.text,
+        timeInText: message.died_ts !== null,
         record: null
       });
       return;
     }
     seen.text = message.text;
+    seen.timeInText = message.died_ts !== null;
     // The kernel's record knows whether a cell was still running (the page only guessed).
     seen.executionCount = message.execution_count;
     if (message.died_ts !== null && message.died_ts !== seen.diedTs) {

@@ -443,7 +443,10 @@ worker.start()
 """
 # The cell waits for its thread in one of two ways: t.join() runs no bytecode in the main thread (the
 # stop never landed), a polling loop does (it landed there, and the thread grew on, to the OOM killer).
-WAITS = {"join": "worker.join()", "poll": "while worker.is_alive():\n    time.sleep(0.05)"}
+WAITS = {"join": "worker.join()", "poll": "while worker.is_alive():\n    time.sleep(0.05)",
+         # A cleanup that waits for the thread: the stop does not wait for it (the growth is the
+         # thread's), and says it cut the cleanup short.
+         "finally": "try:\n    pass\nfinally:\n    worker.join()"}
 
 
 def test_growth_in_a_thread_the_cell_waits_for_is_stopped_in_that_thread(memory_cgroup, tmp_path):
@@ -464,10 +467,46 @@ def test_growth_in_a_thread_the_cell_waits_for_is_stopped_in_that_thread(memory_
             _wait_idle_after_error(session)
             error = ANSI.sub("", str(stopped.value))
             assert "also raised in the thread this cell started (grower)" in error, (wait, error)
+            if wait == "finally":
+                assert ("it landed inside cleanup code (a with block's __exit__ or a finally block), and the rest "
+                        "of it did not run: the cell's own threads were growing") in error, error
             session.execute("worker.join(10)")
             kept = int(session.execute("print(len(grown))"))
             assert kept < 80 and session.execute("print(worker.is_alive())").strip() == "False", (wait, kept)
             assert _oom_kills(memory_cgroup) == 0, f"the OOM killer acted ({wait})"
             session.execute("del grown")
+    finally:
+        session.shutdown()
+
+
+GROWS_IN_CLEANUP = """grown = []
+def tidy():
+    try:
+        pass
+    finally:
+        for _ in range(80):
+            grown.append(bytearray(16 << 20))
+            time.sleep(0.05)
+tidy()
+"""
+
+
+def test_cleanup_that_grows_on_is_stopped_half_way_to_a_limit_the_oom_killer_enforces(memory_cgroup, tmp_path):
+    """A stop waits for a finally block, but not to the OOM killer: under a cgroup's limit it lands
+    half way from the stop level to the limit (here 80 % and 90 % of 1 GiB), and says what it cut."""
+    session = _session(tmp_path, f"/tests/ceiling-{uuid.uuid4().hex}.ipynb")
+    try:
+        _into(session, memory_cgroup)
+        session.execute("%load_ext kerasmagic")
+        session.execute("import time, kerasmagic\nkerasmagic.memory_guard(warn_pct=70, stop_pct=80)")
+        with pytest.raises(AssertionError) as stopped:
+            session.execute(GROWS_IN_CLEANUP, timeout=120)
+        _wait_idle_after_error(session)
+        error = ANSI.sub("", str(stopped.value))
+        assert ("it landed inside cleanup code (a with block's __exit__ or a finally block), and the rest of it did "
+                "not run: memory was half way from 80 % to a limit the OOM killer enforces") in error, error
+        used = re.search(r"at (\d+) MiB of a 1.00 GiB limit \((\d+) %", error)
+        assert used and int(used.group(2)) >= 90, error
+        assert int(session.execute("print(len(grown))")) < 80 and _oom_kills(memory_cgroup) == 0
     finally:
         session.shutdown()

@@ -8,6 +8,17 @@ import { SeriesHistory } from '../history';
 import { ICellGrowth, IIsolatedJobs, IsolatedMessage } from '../protocol';
 import { RestartMemory } from '../restarts';
 import { IKernelRecord, IStoreChange, KernelStore } from '../store';
+import { deathHeading } from '../death';
+import { formatClock } from '../chartgeometry';
+import { IWording } from '../timeline';
+
+const fill = (msgid: string, args: any[]) =>
+  msgid.replace(/%(\d+)/g, (_, n) => String(args[Number(n) - 1]));
+const trans: IWording = {
+  __: (msgid: string, ...args: any[]) => fill(msgid, args),
+  _n: (one: string, many: string, n: number, ...args: any[]) =>
+    fill(n === 1 ? one : many, [n, ...args])
+};
 
 function record(pid: number): IKernelRecord {
   return {
@@ -201,7 +212,34 @@ describe('KernelStore', () => {
       diedTs: postmortem.died_ts,
       executionCount: 12,
       text: postmortem.text,
+      timeInText: true,
       record: null
     });
+  });
+
+  it("heads a death with one clock: the page's until the post-mortem tells the watcher's", () => {
+    const store = new KernelStore();
+    store.setDeath('k1', {
+      diedTs: 103,
+      executionCount: 3,
+      text: null,
+      record: record(1)
+    });
+    const heading = () => deathHeading(store.entry('k1').death!, trans);
+    expect(heading()).toBe(
+      `The kernel died at ${formatClock(103)} while cell [3] ran`
+    );
+    // A post-mortem whose watcher saw the death says when in its own sentence, in the kernel's
+    // clock and zone ("died at 13:02:09 UTC"): the heading drops the browser's.
+    const postmortem = readFixture('postmortem').data;
+    store.tellDeath('k1', { ...postmortem, died_ts: 99.5, execution_count: 3 });
+    expect(heading()).toBe('The kernel died while cell [3] ran');
+    // One without a time ("died after 13:01:58 (its last sign of life)") keeps the page's.
+    store.tellDeath('k1', {
+      ...postmortem,
+      died_ts: null,
+      execution_count: null
+    });
+    expect(heading()).toBe(`The kernel died at ${formatClock(99.5)}`);
   });
 });
