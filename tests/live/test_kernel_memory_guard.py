@@ -508,5 +508,19 @@ def test_cleanup_that_grows_on_is_stopped_half_way_to_a_limit_the_oom_killer_enf
         used = re.search(r"at (\d+) MiB of a 1.00 GiB limit \((\d+) %", error)
         assert used and int(used.group(2)) >= 90, error
         assert int(session.execute("print(len(grown))")) < 80 and _oom_kills(memory_cgroup) == 0
+        session.execute("del grown")
+        # An import that grows on: at the same ceiling, the stop lands in it and says what that costs.
+        (tmp_path / "grows_on_import.py").write_text(
+            "import time\nchunks = []\nfor _ in range(80):\n    chunks.append(bytearray(16 << 20))\n"
+            "    time.sleep(0.05)\n")
+        session.execute(f"import sys\nsys.path.insert(0, {str(tmp_path)!r})")
+        with pytest.raises(AssertionError) as stopped:
+            session.execute("import grows_on_import", timeout=120)
+        _wait_idle_after_error(session)
+        error = ANSI.sub("", str(stopped.value))
+        assert ("it was due inside an import and landed there (memory was half way from 80 % to a limit the OOM "
+                "killer enforces): that module may be half-imported, so save what you need and restart the kernel "
+                "before you use it") in error, error
+        assert _oom_kills(memory_cgroup) == 0
     finally:
         session.shutdown()
