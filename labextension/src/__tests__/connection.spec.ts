@@ -434,6 +434,7 @@ describe('LiveConnection and a kernel that dies', () => {
       diedTs: data('postmortem.json').died_ts,
       executionCount: 12,
       text: data('postmortem.json').text,
+      timeInText: true,
       record: null
     });
     connection.dispose();
