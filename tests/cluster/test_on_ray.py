@@ -11,7 +11,7 @@ import threading
 import time
 
 import pytest
-from process_waits import exited_within
+from process_checks import gone
 
 from kerasmagic.isolation import (
     IsolatedCellError,
@@ -260,7 +260,7 @@ def test_a_timeout_kills_the_job_on_its_node(cluster):
         run_isolated(SLEEPER, inputs={"pid_file": pid_file}, timeout=3, on="ray")
     assert time.monotonic() - started < 40
     assert "timeout of 3 s" in str(caught.value) and "on node" in str(caught.value)
-    assert exited_within(_wait_for(pid_file, 1), within=10), "the job's process outlived its timeout"
+    assert gone(_wait_for(pid_file, 1), within=10), "the job's process outlived its timeout"
     os.unlink(pid_file)
 
 
@@ -275,7 +275,7 @@ def test_ctrl_c_kills_the_job_on_its_node(cluster, sigint_raises):
     with pytest.raises(IsolatedInterrupt) as caught:
         run_isolated(SLEEPER, inputs={"pid_file": pid_file}, on="ray")
     assert "was killed" in str(caught.value)
-    assert exited_within(_wait_for(pid_file, 1), within=10), "the job's process outlived Ctrl-C"
+    assert gone(_wait_for(pid_file, 1), within=10), "the job's process outlived Ctrl-C"
     os.unlink(pid_file)
 
 
@@ -349,7 +349,7 @@ def test_a_raylet_killed_mid_job_takes_the_nodes_agent_template_and_job_with_it(
         os.kill(raylet_pid(doomed), signal.SIGKILL)
         runner.join(timeout=90)
         assert outcome and isinstance(outcome[0], IsolatedCrash), outcome
-        left = [pid for pid in family if not exited_within(pid, within=30)]
+        left = [pid for pid in family if not gone(pid, within=30)]
         assert not left, f"still running after their raylet died: {left} (job, template, agent: {family})"
     finally:
         os.unlink(path)
@@ -827,7 +827,7 @@ def test_ray_shutdown_during_a_job_ends_it_in_words_and_starts_no_cluster(cluste
         ray.init(address=cluster.address, log_to_driver=False, logging_level="ERROR")
         stopper.join(timeout=30)
         assert ray.is_initialized() and ray._private.worker._global_node is not None
-        assert exited_within(_wait_for(pid_file, 1), within=30), "the job outlived the connection it ran under"
+        assert gone(_wait_for(pid_file, 1), within=30), "the job outlived the connection it ran under"
     finally:
         os.unlink(pid_file)
         stopper.join(timeout=30)

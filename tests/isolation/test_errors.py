@@ -9,7 +9,7 @@ import threading
 import time
 
 import pytest
-from process_waits import exited_within
+from process_checks import gone
 
 from kerasmagic.errors import KerasMagicUsageError
 from kerasmagic.isolation import IsolatedCellError, IsolatedCrash, IsolatedTimeout, IsolationUsageError, run_isolated
@@ -31,7 +31,7 @@ def test_segfault_names_the_signal():
     with pytest.raises(IsolatedCrash, match="SIGSEGV") as info:
         run_isolated("import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)")
     assert info.value.signal_name == "SIGSEGV"
-    assert exited_within(info.value.result.worker_pid)
+    assert gone(info.value.result.worker_pid)
 
 
 def test_timeout_kills_the_worker_quickly():
@@ -41,7 +41,7 @@ def test_timeout_kills_the_worker_quickly():
     assert time.perf_counter() - started < 15
     assert isinstance(info.value, TimeoutError)
     assert info.value.result.status == "timeout"
-    assert exited_within(info.value.result.worker_pid)
+    assert gone(info.value.result.worker_pid)
 
 
 def test_interrupt_kills_the_worker_and_reraises(sigint_raises):
@@ -58,7 +58,7 @@ def test_interrupt_kills_the_worker_and_reraises(sigint_raises):
         timer.cancel()
     result = info.value.result
     assert result.status == "interrupted"
-    assert exited_within(result.worker_pid)
+    assert gone(result.worker_pid)
 
 
 def test_user_exception_carries_the_worker_traceback():
@@ -219,7 +219,7 @@ def test_ctrl_c_in_the_magic_shows_only_a_clean_keyboard_interrupt(shell, list_w
     assert "kerasmagic/isolation" not in text and "selectors.py" not in text, text
     after = {k: v for k, v in shell.user_ns.items() if not k.startswith("_") and k not in ("In", "Out")}
     assert after == before
-    assert exited_within(job_pid)
+    assert gone(job_pid)
     assert {p.pid for p in list_workers()} <= set(default_pool().pids())  # only the pool's idle ones
 
 

@@ -3,6 +3,7 @@
  * validates too.
  */
 import { readFixture } from './fixtures';
+import { trans } from './wording';
 
 import {
   cellLabel,
@@ -11,7 +12,6 @@ import {
   fixText,
   flaggedCells,
   growthSentence,
-  IWording,
   oneRunCells,
   kernelFixText,
   oneRunSentence,
@@ -22,14 +22,6 @@ import { codeSegments, evidenceText } from '../evidence';
 import { ICellGrowth, ICellSummary, validate } from '../protocol';
 
 /** What nullTranslator does: %1, %2 … replaced in order. */
-const fill = (msgid: string, args: any[]) =>
-  msgid.replace(/%(\d+)/g, (_, n) => String(args[Number(n) - 1]));
-/** And `_n` as JupyterLab's Gettext: `n` is %1, the arguments from %2 on. */
-const trans: IWording = {
-  __: (msgid: string, ...args: any[]) => fill(msgid, args),
-  _n: (one: string, many: string, n: number, ...args: any[]) =>
-    fill(n === 1 ? one : many, [n, ...args])
-};
 
 function fixture(name: string): any {
   return readFixture(name).data;

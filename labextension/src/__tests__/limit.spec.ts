@@ -3,19 +3,12 @@
  * whose guard stopped a cell (issue 33, item 7), which the Python side validates too.
  */
 import { readFixture } from './fixtures';
+import { trans } from './wording';
 
 import { guardEventText, guardMarkText, limitLevel, limitView } from '../limit';
 import { IMemoryLimit, ISample, validate } from '../protocol';
-import { formatClock, IWording } from '../timeline';
+import { formatClock } from '../timeline';
 import { markText } from '../timelinelayers';
-
-const fill = (msgid: string, args: any[]) =>
-  msgid.replace(/%(\d+)/g, (_, n) => String(args[Number(n) - 1]));
-const trans: IWording = {
-  __: (msgid: string, ...args: any[]) => fill(msgid, args),
-  _n: (one: string, many: string, n: number, ...args: any[]) =>
-    fill(n === 1 ? one : many, [n, ...args])
-};
 
 const SAMPLE = readFixture('sample_memory_limit.json').data as ISample;
 const LIMIT = SAMPLE.memory_limit as IMemoryLimit;

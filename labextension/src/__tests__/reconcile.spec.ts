@@ -3,20 +3,10 @@
  * and without `process_tree` (protocol 1.6), which the Python side validates too.
  */
 import { readFixture } from './fixtures';
+import { trans } from './wording';
 
 import { ISample, validate } from '../protocol';
 import { rssReconciliation, staleSeconds } from '../reconcile';
-import { IWording } from '../timeline';
-
-/** What JupyterLab's Gettext does: %1, %2 … replaced in order; `_n` picks by n and gives
- * n as %1, its arguments from %2 on. */
-const fill = (msgid: string, args: any[]) =>
-  msgid.replace(/%(\d+)/g, (_, n) => String(args[Number(n) - 1]));
-const trans: IWording = {
-  __: (msgid: string, ...args: any[]) => fill(msgid, args),
-  _n: (one: string, many: string, n: number, ...args: any[]) =>
-    fill(n === 1 ? one : many, [n, ...args])
-};
 
 function sample(name: string): ISample {
   const data = readFixture(name).data;

@@ -3,6 +3,7 @@
  * death across notebook switches, and each part says when it changed.
  */
 import { readFixture } from './fixtures';
+import { trans } from './wording';
 
 import { SeriesHistory } from '../history';
 import { ICellGrowth, IIsolatedJobs, IsolatedMessage } from '../protocol';
@@ -10,15 +11,6 @@ import { RestartMemory } from '../restarts';
 import { IKernelRecord, IStoreChange, KernelStore } from '../store';
 import { deathHeading } from '../death';
 import { formatClock } from '../chartgeometry';
-import { IWording } from '../timeline';
-
-const fill = (msgid: string, args: any[]) =>
-  msgid.replace(/%(\d+)/g, (_, n) => String(args[Number(n) - 1]));
-const trans: IWording = {
-  __: (msgid: string, ...args: any[]) => fill(msgid, args),
-  _n: (one: string, many: string, n: number, ...args: any[]) =>
-    fill(n === 1 ? one : many, [n, ...args])
-};
 
 function record(pid: number): IKernelRecord {
   return {
