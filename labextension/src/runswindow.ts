@@ -22,7 +22,9 @@ type IRunTimes = Pick<ICellRun, 'startedTs' | 'endedTs'>;
 
 /**
  * The time range of the latest stretch of `runs` (oldest first), with its margins; null with
- * no runs (the chart then shows what "All" shows).
+ * no runs (the chart then shows what "All" shows). `marks` (their times, any order) after the
+ * stretch extend it while each is within `STRETCH_GAP_S` of it: a Clear session pressed soon
+ * after the lesson stays in view, one pressed minutes later never replaces the lesson.
  *
  * @example
  * runsRange([{startedTs: 100, endedTs: 123}], 940);
@@ -30,7 +32,8 @@ type IRunTimes = Pick<ICellRun, 'startedTs' | 'endedTs'>;
  */
 export function runsRange(
   runs: IRunTimes[],
-  now: number
+  now: number,
+  marks: number[] = []
 ): [number, number] | null {
   if (!runs.length) {
     return null;
@@ -44,6 +47,14 @@ export function runsRange(
     }
     from = Math.min(from, runs[i].startedTs);
     to = Math.max(to, end);
+  }
+  for (const ts of [...marks].sort((a, b) => a - b)) {
+    if (ts > to + STRETCH_GAP_S) {
+      break;
+    }
+    if (ts >= from) {
+      to = Math.max(to, ts);
+    }
   }
   const margin = Math.max((to - from) * MARGIN_SHARE, 1);
   from -= margin;

@@ -229,22 +229,15 @@ export class Timeline {
   // ---- drawing --------------------------------------------------------------------------
 
   /**
-   * The window's times; "Cell runs" before any run shows what "All" shows. Its marks count as
-   * moments of the stretch: a Clear session pressed after the lesson's last run stays in it.
+   * The window's times; "Cell runs" before any run shows what "All" shows. Its runs make the
+   * stretch; marks soon after it extend it (a Clear session pressed after the lesson's last run).
    */
   private _range(): [number, number] {
     const now = this._data?.now ?? 0;
     const runs = this._data?.runs ?? [];
-    const moments = runs.length
-      ? [
-          ...runs,
-          ...(this._data?.marks ?? []).map(m => ({
-            startedTs: m.ts,
-            endedTs: m.ts
-          }))
-        ].sort((a, b) => a.startedTs - b.startedTs)
-      : [];
-    const fitted = this._windowMin === RUNS ? runsRange(moments, now) : null;
+    const marks = (this._data?.marks ?? []).map(m => m.ts);
+    const fitted =
+      this._windowMin === RUNS ? runsRange(runs, now, marks) : null;
     return (
       fitted ??
       windowRange(

@@ -425,7 +425,7 @@ def test_a_stop_due_inside_a_with_blocks_exit_waits_for_its_cleanup(tmp_path):
         _wait_idle_after_error(session)
         error = ANSI.sub("", str(stopped.value))
         assert re.search(r"it was due inside cleanup code \(a with block's __exit__ or a finally block\) and "
-                         r"waited for it to end; raised in <module> \(.*, line 1[234]\)", error), error
+                         r"waited for it to end; raised in (<module>|<cell line: \d+>) \(.*, line 1[234]\)", error), error
         assert session.execute("print(released)").strip() == "[True]"  # the finally block ran whole
         assert session.execute("print(guard.active_guard().deferred)").strip() == "2"
     finally:

@@ -14,6 +14,7 @@ reader (7); the Clear session button above the lists that grow, its report in si
 RSS headline's hover (10)."""
 
 import re
+import time
 from itertools import pairwise
 
 import pytest
@@ -230,8 +231,9 @@ def _ratio(one: str, other: str) -> float:
     return (light + 0.05) / (dark + 0.05)
 
 
-def _defects(page, classroom: bool, marks: int) -> list[str]:
-    """What is wrong with the panel as it is drawn now, one line per finding."""
+def _defects(page, classroom: bool, marks: int | set[int]) -> list[str]:
+    """What is wrong with the panel as it is drawn now, one line per finding (``marks``: the
+    marks the chart must count, or the counts it may)."""
     facts = page.evaluate(_FACTS)
     out = []
     # 1. The chart fits the history it has, across the panel; classroom mode's grows with
@@ -258,7 +260,7 @@ def _defects(page, classroom: bool, marks: int) -> list[str]:
     apart = 22 if classroom else 14
     if any(b - a < apart - 1 for a, b in pairwise(xs)):
         out.append(f"2: marks closer than {apart} px not merged: {facts['marks']}")
-    if sum(mark["count"] for mark in facts["marks"]) != marks:
+    if sum(mark["count"] for mark in facts["marks"]) not in (marks if isinstance(marks, set) else {marks}):
         out.append(f"2: {marks} marks expected: {facts['marks']}")
     out += [f"2: {finding}" for finding in page.evaluate(_OVERLAPS) + _layout_defects(page)]
     # 3. Large type and 7:1 in classroom mode; readable (WCAG's 4.5:1) in the usual one.
@@ -296,8 +298,9 @@ def _defects(page, classroom: bool, marks: int) -> list[str]:
         states = span["shown"] is not None and span["shown"].startswith(f"{span['label']} {span['change']}")
         if span["change"] and not states and span["room"] > 1.5 * span["needed"] + 8:
             out.append(f"5: {span['label']} has room ({span['room']:.0f} px) but says {span['shown']!r}")
-    # The newest span has the chart's right part to itself, but not at 250 px.
-    if facts["chart"]["width"] > 300 and not any(
+    # In "All" the newest span has the chart's right part to itself, but not at 250 px (the
+    # "Cell runs" window of classroom mode ends just after the last run: no such room).
+    if not classroom and facts["chart"]["width"] > 300 and not any(
             span["shown"] and span["change"] and span["change"] in span["shown"] for span in facts["spans"]):
         out.append(f"5: no span states its change: {[span['shown'] for span in facts['spans']]}")
     # 7. Each headline is one labelled figure for a screen reader.
@@ -350,8 +353,9 @@ def _clear_session(page) -> None:
                                       [b for b in now if b not in blocks], "gone:", [b for b in blocks if b not in now])
 
 
-def _every_state(page, screens, marks: int, artifacts) -> list[str]:
-    """Each screen, light and dark, classroom mode off and on: photographed and checked."""
+def _every_state(page, screens, marks: int, artifacts, classroom_marks: int | set[int] | None = None) -> list[str]:
+    """Each screen, light and dark, classroom mode off and on: photographed and checked
+    (``classroom_marks``: what the "Cell runs" window must count, where it is not ``marks``)."""
     problems = []
     for dark in (False, True):
         theme = "dark" if dark else "light"
@@ -365,7 +369,8 @@ def _every_state(page, screens, marks: int, artifacts) -> list[str]:
                 _room_for_the_newest_span(page)
                 mode = "classroom" if classroom else "normal"
                 page.locator(SIDEBAR).screenshot(path=str(artifacts / f"sizes-{name}-{theme}-{mode}.png"))
-                problems += [f"{name} {theme} {mode}: {line}" for line in _defects(page, classroom, marks)]
+                expected = classroom_marks if classroom and classroom_marks is not None else marks
+                problems += [f"{name} {theme} {mode}: {line}" for line in _defects(page, classroom, expected)]
     return problems
 
 
@@ -377,6 +382,7 @@ def test_issue19_defects_at_250px_500px_and_a_projector_light_and_dark(lab, page
     page.wait_for_selector(f"{SIDEBAR} .jp-KerasMagic-span[data-status='error']", timeout=30_000)
     page.wait_for_selector(f"{SIDEBAR} .jp-KerasMagic-model", timeout=60_000)
     _clear_session(page)
+    first_clear = time.monotonic()
     problems = _every_state(page, DESKTOP, MARKS, artifacts)
 
     # The same kernel on the projector: its history comes with it, the report of a clear
@@ -388,8 +394,13 @@ def test_issue19_defects_at_250px_500px_and_a_projector_light_and_dark(lab, page
     projector.wait_for_selector(f"{SIDEBAR} .jp-KerasMagic-span[data-status='error']", timeout=90_000)
     projector.wait_for_selector(f"{SIDEBAR} .jp-KerasMagic-model", timeout=60_000)
     _clear_session(projector)
+    # "Cell runs" keeps a mark that comes within STRETCH_GAP_S (120 s) of the stretch, here the
+    # first Clear session: on a loaded machine the desktop's checks take longer than that, and the
+    # lesson, not the second Clear alone, keeps the window. Near 120 s either count is right.
+    gap = time.monotonic() - first_clear
+    in_window = {MARKS + 1} if gap < 110 else {MARKS} if gap > 130 else {MARKS, MARKS + 1}
     assert projector.evaluate("() => [innerWidth, innerHeight, devicePixelRatio]") == [1280, 720, 1.5]
-    problems += _every_state(projector, PROJECTOR, MARKS + 1, artifacts)
+    problems += _every_state(projector, PROJECTOR, MARKS + 1, artifacts, classroom_marks=in_window)
     # A laptop on a projector: 1024×768 at 125 %, the usual mode, light and dark (text size and
     # contrast, nothing cropped), on the projector's page with its screen changed.
     # Playwright's own resize sets its scale factor again: the CDP override comes after it.

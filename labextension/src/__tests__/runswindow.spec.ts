@@ -41,6 +41,21 @@ describe('runsRange', () => {
     expect(to).toBeGreaterThanOrEqual(330);
   });
 
+  it('keeps a Clear session pressed soon after the lesson, and never lets a later one replace it', () => {
+    const lesson = [run(100, 104), run(104.1, 123)];
+    // Pressed 30 s after the last run: in the window, which ends past it.
+    const [, soon] = runsRange(lesson, 400, [153])!;
+    expect(soon).toBeGreaterThan(153);
+    // Pressed minutes later (a teacher explained first): the lesson keeps the window.
+    const [from, to] = runsRange(lesson, 900, [123 + STRETCH_GAP_S + 60])!;
+    expect(from).toBeCloseTo(100 - 23 * 0.05);
+    expect(to).toBeCloseTo(123 + 23 * 0.05);
+    // Marks chain: each within the gap of the stretch as extended; a mark before it is not pulled in.
+    const [early, chained] = runsRange(lesson, 900, [20, 200, 300])!;
+    expect(chained).toBeGreaterThan(300);
+    expect(early).toBeCloseTo(100 - (300 - 100) * 0.05);
+  });
+
   it('is never narrower than a few samples, and is null with no runs', () => {
     const [from, to] = runsRange([run(50, 51)], 60)!;
     expect(to - from).toBeCloseTo(MIN_SPAN_S);
