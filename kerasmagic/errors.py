@@ -34,6 +34,9 @@ class _ArmedStop:
 
     _armed: ClassVar[dict[str, Any]] = {}
     _armed_lock: ClassVar[threading.Lock] = threading.Lock()
+    #: How many stops Python has made so far: one is made only where it lands, so the guard can
+    #: tell a stop that landed (and was caught) from one still waiting for a long C call to end.
+    landed: ClassVar[int] = 0
 
     cell: int | None
     rss_bytes: int | None
@@ -42,6 +45,7 @@ class _ArmedStop:
     def __init__(self, *args: Any) -> None:
         with _ArmedStop._armed_lock:
             armed = dict(_ArmedStop._armed)
+            _ArmedStop.landed += 1
         if not args:
             args = (armed.get("message", "the kernel's memory limit is near"),)
         super().__init__(*args)

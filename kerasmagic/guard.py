@@ -3,8 +3,8 @@
 While kerasmagic is loaded in a kernel, a small daemon thread (:data:`THREAD_NAME`) reads the
 kernel's memory (its RSS, plus tmpfs the cgroup counts that is in no RSS) once a second between
 cells (ten times a second above :data:`FAST_PCT` of the limit), at least every
-:data:`CELL_INTERVAL_S` while a cell runs and faster when the growth rate says the stop level is
-near, and compares it with :func:`kerasmagic.limits.memory_limit`. Past the warning level (85 %
+:data:`CELL_INTERVAL_S` while a cell runs and faster when the room left or the growth rate says
+the stop level is near, and compares it with :func:`kerasmagic.limits.memory_limit`. Past the warning level (85 %
 by default) the running cell's output gets one line; past the stop level (95 %) the running
 cell gets a :class:`~kerasmagic.errors.KernelMemoryLimitError` (a ``MemoryError``) raised in
 the main thread through ``PyThreadState_SetAsyncExc``: the kernel and every variable survive.
@@ -21,6 +21,9 @@ What it can and cannot stop (issue 33):
   waiting is worse: under a limit the OOM killer enforces (a cgroup's, the machine's) it lands
   half way from the stop level to the limit, and in cleanup code while the cell's own threads
   grow (a ``finally`` may be waiting for them in ``t.join()``); the message says what it cut;
+- under a limit the OOM killer enforces, a cell whose growth rate would pass the limit within
+  :data:`RUSH_S` is stopped from the warning level up (a stop lands only between two steps, and
+  at 95 % of 1 GiB a 64 MiB step leaves none); the message gives the rate;
 - a stop the cell's code catches (``except Exception``) is raised again, as
   :class:`~kerasmagic.errors.KernelMemoryLimitInterrupt` (no ``Exception``), once memory grows on;
 - Python threads the cell started get the stop too (a cell waiting in ``t.join()`` runs no
@@ -30,9 +33,12 @@ What it can and cannot stop (issue 33):
 
 A false reading must never stop a cell: the guard reads RSS (``/proc/self/statm``) and tmpfs,
 never the cgroup's usage, which counts page cache; it acts only on two consecutive readings past
-a level (the second :data:`CONFIRM_S` after the first), only while a cell runs, only when that
-cell itself grew by :data:`GROWTH_BYTES` or more (a kernel already near the limit can still run
-``del x``), and stops a cell again only when it grew on after a stop it caught.
+a level (the second :data:`CONFIRM_S` after the first; under a limit the OOM killer enforces, one
+reading is enough where the cell's last step was larger than the room left), only while a cell
+runs, only when that cell itself grew by :data:`GROWTH_BYTES` or more (a kernel already near the
+limit can still run ``del x``), and stops a cell again only when a stop landed, was caught, and
+the cell grew on. No stop lands in IPython's own code (showing a stop's traceback), and one not
+landed when the cell ends is withdrawn.
 
 Each reading also goes to the kernel's post-mortem record (:mod:`kerasmagic.postmortem`).
 """
@@ -41,6 +47,7 @@ from __future__ import annotations
 
 import ast
 import ctypes
+import inspect
 import linecache
 import logging
 import math
@@ -55,7 +62,7 @@ from typing import Any
 
 from . import events
 from .cell_numbers import running_cell_number
-from .errors import KerasMagicUsageError, KernelMemoryLimitError, KernelMemoryLimitInterrupt
+from .errors import KerasMagicUsageError, KernelMemoryLimitError, KernelMemoryLimitInterrupt, _ArmedStop
 from .leak_watch import _first_line
 from .limits import MemoryLimit, memory_limit
 from .tables import format_bytes
@@ -78,6 +85,12 @@ CELL_INTERVAL_S = 0.25
 #: left (never more often than MIN_INTERVAL_S).
 RATE_HORIZON_S = 2.0
 MIN_INTERVAL_S = 0.01
+#: The fastest a cell is taken to grow until readings give its rate: touching fresh pages runs at
+#: a few GiB a second (a list of 64 MiB ``np.ones``: 4 GiB/s on a loaded 2-core machine).
+FASTEST_GROWTH = 8 * 2**30
+#: Under a limit the OOM killer enforces, a cell whose growth rate reaches the limit sooner than
+#: this, on two readings in a row, is stopped from the warning level up.
+RUSH_S = 0.25
 #: The confirming second reading comes this soon after a first one past the stop level: a
 #: cell growing 64 MiB a step must not take its next step before the guard acts.
 CONFIRM_S = 0.05
@@ -239,6 +252,8 @@ class _Cell:
     #: What counted against the limit when the last stop was raised; the stops raised so far.
     fired_at: int | None = None
     stops: int = 0
+    #: ``_ArmedStop.landed`` when the last stop was raised: a higher count says it landed.
+    landed_before: int = 0
     #: A stop was due while the cell was importing a module ("import") or in cleanup code, a with
     #: block's ``__exit__`` or a ``finally`` block ("cleanup"): it is delivered when that ends.
     deferred: str = ""
@@ -467,11 +482,10 @@ class MemoryGuard:
     def post_run_cell(self, result=None) -> None:
         cell, self._cell = self._cell, None
         if cell is not None and cell.fired:
-            error = getattr(result, "error_in_exec", None)
-            if not isinstance(error, (KernelMemoryLimitError, KernelMemoryLimitInterrupt)):
-                # The cell ended before the exception was raised: withdraw it, it must not land
-                # in IPython's own code or the next cell.
-                ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(self._main_ident), None)
+            # A stop raised but not landed yet (the cell ended first, or a second one came while
+            # IPython showed the first) is withdrawn: it must not land in IPython's own code or
+            # in the next cell.
+            ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(self._main_ident), None)
         try:
             if self.record is not None:
                 self.record.cell_ended()
@@ -510,31 +524,51 @@ class MemoryGuard:
         self.level = level
         if self.record is not None:
             self.record.sample(time.time(), used, limit.to_dict(), near=level != "ok")
-        return min(self._act(cell, limit, level), self._paced(cell, limit, used, rate))
+        step = used - previous[1] if rate is not None and previous is not None else 0
+        return min(self._act(cell, limit, level, step, rate), self._paced(cell, limit, used, rate))
 
     def _paced(self, cell: _Cell | None, limit: MemoryLimit, used: int, rate: float | None) -> float:
-        """How soon the growth rate says to read again: a cell growing 2 GiB/s from 50 % of a 1 GiB
-        limit reaches it in 0.25 s, well inside the slow interval (issue 33, item 5)."""
+        """How soon to read again while a cell runs: as soon as the room left to the stop level
+        could be gone at :data:`FASTEST_GROWTH` (before two readings give a rate: a cell that
+        grows 4 GiB/s from 8 % of a 1 GiB limit is past it within a quarter second, seen under
+        load), and as soon as the measured rate says (issue 33, item 5). Never more often than
+        :data:`MIN_INTERVAL_S`; a large limit far away keeps :data:`CELL_INTERVAL_S`."""
         if cell is None:
             return SLOW_INTERVAL_S
-        if rate is None or rate <= 0:
-            return CELL_INTERVAL_S
-        seconds_left = (limit.limit_bytes * _settings.stop_pct / 100 - used) / rate
-        if seconds_left >= RATE_HORIZON_S:
-            return CELL_INTERVAL_S
-        return max(MIN_INTERVAL_S, seconds_left / 4)
+        room = limit.limit_bytes * _settings.stop_pct / 100 - used
+        interval = min(CELL_INTERVAL_S, room / FASTEST_GROWTH / 4)
+        if rate is not None and rate > 0 and room / rate < RATE_HORIZON_S:
+            interval = min(interval, room / rate / 4)
+        return max(MIN_INTERVAL_S, interval)
 
-    def _act(self, cell: _Cell | None, limit: MemoryLimit, level: str) -> float:
-        if level == "stop" and cell is not None:
+    def _act(self, cell: _Cell | None, limit: MemoryLimit, level: str, step: int = 0,
+             rate: float | None = None) -> float:
+        """Warn or stop for one reading's ``level``; ``step`` is what the cell grew since the
+        reading before, ``rate`` how fast (bytes a second). Returns the seconds until the next
+        reading."""
+        # Under a limit the OOM killer enforces, a cell that will pass it before the stop level can
+        # be acted on is stopped now, from the warning level up: a stop lands only between two
+        # steps (never inside one C call), so at 95 % of 1 GiB a cell growing 64 MiB a step has
+        # none left to land in (issue 33, item 5; seen under load). A limit set in the kernel kills
+        # nothing when passed: there only the levels count.
+        hard = limit.source in HARD_LIMIT_SOURCES and level in ("warn", "stop")
+        room = limit.limit_bytes - limit.used_bytes
+        rushing = hard and rate is not None and rate > 0 and room / rate < RUSH_S
+        urgent = level == "stop" or rushing
+        if urgent and cell is not None:
+            # Two readings in a row (a moment's peak is no reason to stop), or one where a step
+            # like the last would pass the limit: there is no time for a second.
+            no_time = hard and step >= room
+            early = None if level == "stop" else rate
             if cell.fired and self._swallowed(cell, limit):
                 self._interrupt(cell, limit)  # confirmed already: no second reading to wait for
-            elif self._past_stop and not cell.fired:
+            elif (self._past_stop or no_time) and not cell.fired:
                 if not cell.warned:
                     # Memory that grows faster than the readings can jump past the warning band
                     # (seen in CI under load): the warning, with what grew, still comes first.
                     cell.warned = True
                     self._warn(cell, limit)
-                self._interrupt(cell, limit)
+                self._interrupt(cell, limit, early)
             self._past_stop = True
             return CONFIRM_S if not cell.fired else FAST_INTERVAL_S
         self._past_stop = False
@@ -550,8 +584,11 @@ class MemoryGuard:
     @staticmethod
     def _swallowed(cell: _Cell, limit: MemoryLimit) -> bool:
         """The cell caught the stop and goes on growing: a stop that nothing stopped, given again
-        (issue 33, item 3: ``except Exception`` around an append, then the OOM killer)."""
-        return cell.fired_at is not None and limit.used_bytes >= cell.fired_at + SWALLOWED_GROWTH_BYTES
+        (issue 33, item 3: ``except Exception`` around an append, then the OOM killer). Only a
+        stop that landed can have been caught: one still waiting for a long C call to return is
+        not given twice."""
+        return (cell.fired_at is not None and _ArmedStop.landed > cell.landed_before
+                and limit.used_bytes >= cell.fired_at + SWALLOWED_GROWTH_BYTES)
 
     # ---- acting --------------------------------------------------------------------------------------
     def _growth_words(self, cell: _Cell, limit: MemoryLimit) -> str:
@@ -590,7 +627,10 @@ class MemoryGuard:
         while frame is not None and frame.f_code not in self._run_code:
             frames.append(frame)
             frame = frame.f_back
-        if frame is None or not frames:
+        # The frame right above run_code runs the cell's own code, a module's code (no function's:
+        # its name varies, "<module>" or Colab's "<cell line: 0>"); a function there is IPython at
+        # work for the cell (showing the traceback of a stop that landed): no stop may land in it.
+        if frame is None or not frames or frames[-1].f_code.co_flags & inspect.CO_OPTIMIZED:
             return "outside"
         # Imports first: a module's own code is never searched for finally blocks (parsing a large
         # module's source would hold the GIL while memory grows).
@@ -600,7 +640,10 @@ class MemoryGuard:
             return "cleanup"
         return "cell"
 
-    def _interrupt(self, cell: _Cell, limit: MemoryLimit) -> None:
+    def _interrupt(self, cell: _Cell, limit: MemoryLimit, early_rate: float | None = None) -> None:
+        """Raise the stop in the running cell (and the threads it started), or defer it where it
+        must wait; ``early_rate``: stopped below the stop level, as growth at that rate would
+        pass a hard limit first."""
         if self._cell is not cell:
             return  # the cell is ending: nothing to stop
         place = self._main_thread_place()
@@ -633,8 +676,14 @@ class MemoryGuard:
         label = f"cell [{cell.number}]" if cell.number is not None else "the running cell"
         again = cell.fired
         grew = format_bytes(limit.used_bytes - cell.start_rss, signed=True)
+        if early_rate is None:
+            level_words = f"{limit.used_pct:.0f} % ≥ {settings.stop_pct:g} %"
+        else:
+            seconds = (limit.limit_bytes - limit.used_bytes) / early_rate
+            level_words = (f"{limit.used_pct:.0f} %, below {settings.stop_pct:g} %: growing "
+                           f"{format_bytes(int(early_rate))}/s, it would pass the limit in {seconds:.2f} s")
         message = (f"{label} was stopped by kerasmagic's memory guard at {format_bytes(limit.used_bytes)} of a "
-                   f"{format_bytes(limit.limit_bytes)} limit ({limit.used_pct:.0f} % ≥ {settings.stop_pct:g} %; "
+                   f"{format_bytes(limit.limit_bytes)} limit ({level_words}; "
                    f"{limit.where}); it grew {grew}{deferred_words}{_landing_words(self._main_ident)}")
         if again:
             message += (f". Stopped again: the cell's code caught the first stop (KernelMemoryLimitError is a "
@@ -654,6 +703,7 @@ class MemoryGuard:
         if not landed_in and self._main_thread_place() != "cell":
             return
         raised = KernelMemoryLimitInterrupt if again else KernelMemoryLimitError
+        cell.landed_before = _ArmedStop.landed  # before raising: it may land at once
         # The cell's own threads get the stop too: a cell waiting in t.join() runs no bytecode, so the
         # exception cannot land in it until the thread that grows ends (issue 33, item 4).
         for thread in workers:

@@ -37,6 +37,7 @@ class KernelSession:
         self.iopub: list[dict] = []
         #: The In[n] number of the last cell run by execute() (from its execute_input message).
         self.last_execution_count: int | None = None
+        self._after_error = False
 
     # ---- reading -------------------------------------------------------------------------
     def _read(self, timeout: float) -> dict | None:
@@ -61,8 +62,28 @@ class KernelSession:
                 return msg
         raise TimeoutError("no matching iopub message")
 
+    def _until_not_aborting(self, timeout: float = 60.0) -> None:
+        """After a cell's error ipykernel aborts the execute requests queued behind it; in 6.17
+        (Colab's) that lasts until a callback scheduled at the error runs, which can come after
+        the failed cell's idle: the next cell, sent at that idle, was answered "aborted" and never
+        ran (seen under load). A silent empty cell is sent until one is not aborted."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            msg_id = self.client.execute("", silent=True, store_history=False)
+            while True:
+                reply = self.client.get_shell_msg(timeout=max(0.05, deadline - time.monotonic()))
+                if reply["parent_header"].get("msg_id") == msg_id:
+                    break
+            if reply["content"]["status"] != "aborted":
+                self._after_error = False
+                return
+            time.sleep(0.05)
+        raise TimeoutError("the kernel still aborted requests a minute after an error")
+
     def _cell_messages(self, code: str, timeout: float):
         """Run a cell; yield its iopub messages until it is idle (a TimeoutError if it is not)."""
+        if self._after_error:
+            self._until_not_aborting()
         msg_id = self.client.execute(code)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -73,6 +94,8 @@ class KernelSession:
                 self.last_execution_count = msg["content"]["execution_count"]
             if msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
                 return
+            if msg["msg_type"] == "error":
+                self._after_error = True
             yield msg
         raise TimeoutError(f"cell did not finish: {code!r}")
 

@@ -338,6 +338,11 @@ for step in range(160):
 """
 
 
+# What the guard saw, for a failure's message.
+GUARD_STATE = ("from kerasmagic import guard\ng = guard.active_guard()\n"
+               "print(g.readings, g.fired, g.warnings, g.level, g.last_limit, g.last_event)")
+
+
 def test_fast_swallowed_and_tmpfs_growth_are_stopped_before_the_oom_killer(memory_cgroup, tmp_path):
     session = _session(tmp_path, f"/tests/phases-{uuid.uuid4().hex}.ipynb")
     shm = f"/dev/shm/kerasmagic-test-{uuid.uuid4().hex}"
@@ -348,7 +353,9 @@ def test_fast_swallowed_and_tmpfs_growth_are_stopped_before_the_oom_killer(memor
 
         def stopped(code: str) -> str:
             with pytest.raises(AssertionError) as error:
-                session.execute(code, timeout=180)
+                out = session.execute(code, timeout=180)
+                pytest.fail(f"the cell ran to its end; it printed {out!r}, the OOM killer acted "
+                            f"{_oom_kills(memory_cgroup)} times, the guard: {session.execute(GUARD_STATE)}")
             _wait_idle_after_error(session)
             assert _oom_kills(memory_cgroup) == 0, "the OOM killer acted"
             return ANSI.sub("", str(error.value))
@@ -365,7 +372,10 @@ def test_fast_swallowed_and_tmpfs_growth_are_stopped_before_the_oom_killer(memor
         shown = session.shown("%tf_mem")
         assert "tmpfs counted" in shown, shown
         assert "KernelMemoryLimitError" in stopped(GROW)
-        assert session.execute("print(kept)").strip() == "still here"
+        mark = len(session.iopub)
+        kept = session.execute("print(kept)").strip()
+        assert kept == "still here", [(m["msg_type"], m["parent_header"].get("msg_type"), str(m["content"])[:300])
+                                      for m in session.iopub[mark - 12:]]
     finally:
         with contextlib.suppress(OSError):
             os.unlink(shm)
