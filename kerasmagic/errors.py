@@ -34,8 +34,10 @@ class _ArmedStop:
 
     _armed: ClassVar[dict[str, Any]] = {}
     _armed_lock: ClassVar[threading.Lock] = threading.Lock()
-    #: How many stops Python has made so far: one is made only where it lands, so the guard can
-    #: tell a stop that landed (and was caught) from one still waiting for a long C call to end.
+    #: How many stops Python has made in the main thread so far: one is made only where it lands,
+    #: so the guard can tell a stop that landed in the cell (and was caught) from one still waiting
+    #: for a long C call or a ``t.join()`` to end (one that lands in a thread the cell started does
+    #: not count: the cell itself may still wait).
     landed: ClassVar[int] = 0
 
     cell: int | None
@@ -45,7 +47,8 @@ class _ArmedStop:
     def __init__(self, *args: Any) -> None:
         with _ArmedStop._armed_lock:
             armed = dict(_ArmedStop._armed)
-            _ArmedStop.landed += 1
+            if threading.current_thread() is threading.main_thread():
+                _ArmedStop.landed += 1
         if not args:
             args = (armed.get("message", "the kernel's memory limit is near"),)
         super().__init__(*args)

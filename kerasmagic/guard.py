@@ -88,6 +88,9 @@ MIN_INTERVAL_S = 0.01
 #: The fastest a cell is taken to grow until readings give its rate: touching fresh pages runs at
 #: a few GiB a second (a list of 64 MiB ``np.ones``: 4 GiB/s on a loaded 2-core machine).
 FASTEST_GROWTH = 8 * 2**30
+#: While a cell does not grow, it is read no more often than this, however little room is left
+#: (a long cell in a kernel sitting near a small limit: 20 readings a second, not 100).
+FLAT_INTERVAL_S = 0.05
 #: Under a limit the OOM killer enforces, a cell whose growth rate reaches the limit sooner than
 #: this, on two readings in a row, is stopped from the warning level up.
 RUSH_S = 0.25
@@ -527,17 +530,34 @@ class MemoryGuard:
         step = used - previous[1] if rate is not None and previous is not None else 0
         return min(self._act(cell, limit, level, step, rate), self._paced(cell, limit, used, rate))
 
-    def _paced(self, cell: _Cell | None, limit: MemoryLimit, used: int, rate: float | None) -> float:
-        """How soon to read again while a cell runs: as soon as the room left to the stop level
-        could be gone at :data:`FASTEST_GROWTH` (before two readings give a rate: a cell that
-        grows 4 GiB/s from 8 % of a 1 GiB limit is past it within a quarter second, seen under
-        load), and as soon as the measured rate says (issue 33, item 5). Never more often than
-        :data:`MIN_INTERVAL_S`; a large limit far away keeps :data:`CELL_INTERVAL_S`."""
+    @staticmethod
+    def _paced(cell: _Cell | None, limit: MemoryLimit, used: int, rate: float | None) -> float:
+        """How soon to read again while a cell runs: as soon as the measured rate says the stop
+        level is near (issue 33, item 5), and, under a limit the OOM killer enforces, as soon as
+        the room left to the stop level could be gone at :data:`FASTEST_GROWTH` (a cell that grew
+        4 GiB/s from 8 % of a 1 GiB cgroup was past it before a second reading 0.25 s later, seen
+        under load); :data:`FLAT_INTERVAL_S` at the most often while the cell does not grow.
+        Never more often than :data:`MIN_INTERVAL_S`; a large limit far away keeps
+        :data:`CELL_INTERVAL_S`.
+
+        Example:
+            >>> from kerasmagic.limits import MemoryLimit
+            >>> cell = _Cell(number=1, first_line="", start_rss=0, parent=None)
+            >>> small = MemoryLimit(2**30, "cgroup", "a test", 81 * 2**20, {})
+            >>> round(MemoryGuard._paced(cell, small, small.used_bytes, None), 3)  # no rate yet
+            0.027
+            >>> round(MemoryGuard._paced(cell, small, small.used_bytes, 0.0), 3)  # flat
+            0.05
+        """
         if cell is None:
             return SLOW_INTERVAL_S
         room = limit.limit_bytes * _settings.stop_pct / 100 - used
-        interval = min(CELL_INTERVAL_S, room / FASTEST_GROWTH / 4)
-        if rate is not None and rate > 0 and room / rate < RATE_HORIZON_S:
+        interval = CELL_INTERVAL_S
+        if room > 0 and limit.source in HARD_LIMIT_SOURCES:
+            interval = min(interval, room / FASTEST_GROWTH / 4)
+            if rate is not None and rate <= 0:
+                interval = max(interval, FLAT_INTERVAL_S)
+        if rate is not None and rate > 0 and room > 0 and room / rate < RATE_HORIZON_S:
             interval = min(interval, room / rate / 4)
         return max(MIN_INTERVAL_S, interval)
 
@@ -556,12 +576,14 @@ class MemoryGuard:
         rushing = hard and rate is not None and rate > 0 and room / rate < RUSH_S
         urgent = level == "stop" or rushing
         if urgent and cell is not None:
-            # Two readings in a row (a moment's peak is no reason to stop), or one where a step
-            # like the last would pass the limit: there is no time for a second.
-            no_time = hard and step >= room
+            # Two readings in a row (a moment's peak is no reason to stop), or, past the stop
+            # level, one where a step like the last would pass the limit: no time for a second.
+            # Below the stop level always two: one fast reading is also what a single large
+            # allocation that ends short of the limit looks like (np.load, read_csv).
+            no_time = hard and level == "stop" and step >= room
             early = None if level == "stop" else rate
             if cell.fired and self._swallowed(cell, limit):
-                self._interrupt(cell, limit)  # confirmed already: no second reading to wait for
+                self._interrupt(cell, limit, early)  # confirmed already: no second reading to wait for
             elif (self._past_stop or no_time) and not cell.fired:
                 if not cell.warned:
                     # Memory that grows faster than the readings can jump past the warning band
@@ -598,9 +620,11 @@ class MemoryGuard:
     def _warn(self, cell: _Cell, limit: MemoryLimit) -> None:
         settings = _settings
         _end_warm_spares()
+        sooner = (" (sooner if it grows fast enough to pass the limit first)"
+                  if limit.source in HARD_LIMIT_SOURCES else "")
         text = (f"kerasmagic: memory at {format_bytes(limit.used_bytes)} of a {format_bytes(limit.limit_bytes)} limit "
                 f"({limit.used_pct:.0f} %, {limit.where}); {self._growth_words(cell, limit)} so far. At "
-                f"{settings.stop_pct:g} % the guard stops the cell (%tf_mem --guard off to let it run).")
+                f"{settings.stop_pct:g} %{sooner} the guard stops the cell (%tf_mem --guard off to let it run).")
         self.warnings += 1
         self._publish("guard_warning", cell, limit, text)
         self._emit(cell, text)
@@ -700,17 +724,19 @@ class MemoryGuard:
         # The message took time to build: the main thread may have entered an import or cleanup
         # since. Checked once more right before raising (best effort: the stop lands at the main
         # thread's next bytecode, which no outside check can see ahead of).
-        if not landed_in and self._main_thread_place() != "cell":
+        if self._cell is not cell or (not landed_in and self._main_thread_place() != "cell"):
             return
         raised = KernelMemoryLimitInterrupt if again else KernelMemoryLimitError
-        cell.landed_before = _ArmedStop.landed  # before raising: it may land at once
+        # Noted before raising: it may land at once, and a cell that ends meanwhile must see
+        # ``fired`` to withdraw a stop that has not landed.
+        cell.landed_before = _ArmedStop.landed
+        cell.fired = True
+        cell.fired_at = limit.used_bytes
         # The cell's own threads get the stop too: a cell waiting in t.join() runs no bytecode, so the
         # exception cannot land in it until the thread that grows ends (issue 33, item 4).
         for thread in workers:
             ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread.ident or 0), ctypes.py_object(raised))
         ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(self._main_ident), ctypes.py_object(raised))
-        cell.fired = True
-        cell.fired_at = limit.used_bytes
         cell.stops += 1
         self.fired += 1
         self._publish("guard_stop", cell, limit, message)

@@ -61,8 +61,10 @@ KEEP_RECORDS = 50
 MAX_AGE_S = 7 * 24 * 3600.0
 #: A file larger than this is not ours to read (ours stay under 8 KiB).
 MAX_RECORD_BYTES = 64 * 1024
-#: How often a record is rewritten while memory is far from the limit; near it, every sample.
+#: How often a record is rewritten while memory is far from the limit, and near it.
 SLOW_WRITE_S = 5.0
+NEAR_WRITE_S = 0.1
+NEAR_WRITE_BYTES = 8 * 2**20
 _FORMAT = 1
 _SUFFIX = ".json"
 
@@ -171,6 +173,7 @@ class KernelRecord:
         self._started_ts = time.time()
         self._start_ticks = _start_ticks(self.pid)
         self._last_write = 0.0
+        self._written_rss = 0  # the last sample in the file
         self._broken_until = 0.0
         self._said_broken = False
         self.closed = False
@@ -234,7 +237,8 @@ class KernelRecord:
         self.write()
 
     def sample(self, ts: float, rss_bytes: int, limit: dict[str, Any] | None, near: bool) -> None:
-        """A guard sample; the file is rewritten each time ``near`` the limit, else every few seconds."""
+        """A guard sample. ``near`` the limit the file is rewritten when the figure moved by
+        :data:`NEAR_WRITE_BYTES`, else every :data:`NEAR_WRITE_S`; far from it, every few seconds."""
         with self._lock:
             self._samples.append((round(ts, 2), int(rss_bytes)))
             if limit is not None:
@@ -242,7 +246,11 @@ class KernelRecord:
                 cgroup = limit.get("cgroup")
                 if isinstance(cgroup, dict) and isinstance(cgroup.get("oom_kills"), int):
                     self._oom = (cgroup["oom_kill_file"], cgroup["oom_kills"])
-        self.write(force=near)
+        # Near the limit the file is rewritten at each reading that moved by NEAR_WRITE_BYTES (a
+        # death's figure is the last one before the fatal step), and otherwise every NEAR_WRITE_S:
+        # the guard reads a flat cell near a small limit 20 times a second.
+        moved = abs(int(rss_bytes) - self._written_rss) >= NEAR_WRITE_BYTES
+        self.write(force=near and (moved or time.monotonic() - self._last_write >= NEAR_WRITE_S))
 
     # ---- the file ---------------------------------------------------------------------------------
     def _content(self) -> dict[str, Any]:
@@ -279,6 +287,8 @@ class KernelRecord:
                           f"the next kernel cannot say why (set {DIR_ENV_VAR} to a writable folder)", file=sys.stderr)
                 return False
             self._last_write = now
+            with self._lock:
+                self._written_rss = self._samples[-1][1] if self._samples else 0
             self.writes += 1
             self.last_write_s = time.perf_counter() - started
             return True
