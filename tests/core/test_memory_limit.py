@@ -354,15 +354,19 @@ def test_samples_from_the_guard_thread_never_hide_the_running_cell(tmp_path, cap
     assert "cannot keep this kernel's record" not in capsys.readouterr().err
 
 
+def _feed(monkeypatch, readings, source: str) -> None:
+    """The guard reads ``readings`` (MiB of a real 1000 MiB :class:`MemoryLimit` from ``source``)."""
+    from kerasmagic.limits import MemoryLimit
+
+    monkeypatch.setattr(guard, "memory_limit",
+                        lambda: MemoryLimit(1000 * 2**20, source, "a test", next(readings) * 2**20, {}))
+
+
 def test_a_cell_that_jumps_past_the_warning_band_is_warned_before_it_is_stopped(ipython, monkeypatch):
     # Readings 0.1 s apart can go from "fast" straight to "stop" (64 MiB steps on a busy machine):
     # the cell must still get its one warning, before the stop, as with a slower climb.
-    from types import SimpleNamespace
-
     readings = iter([800, 990, 990])  # MiB of a 1000 MiB limit: fast, stop, stop (confirmed)
-    monkeypatch.setattr(guard, "memory_limit", lambda: SimpleNamespace(
-        used_bytes=next(readings) * 2**20, limit_bytes=1000 * 2**20, source="environment", used_pct=99.0,
-        where="a test", to_dict=lambda: {}))
+    _feed(monkeypatch, readings, source="environment")
     watcher = guard.MemoryGuard(ipython)
     said: list[str] = []
     monkeypatch.setattr(watcher, "_emit", lambda cell, text: said.append(("warn", text)))
@@ -379,14 +383,10 @@ def test_a_step_that_leaves_no_room_to_confirm_is_stopped_at_once_under_a_hard_l
     # At 95 % of a limit the OOM killer enforces, a cell that grew 190 MiB since the last reading has
     # no step left for a confirming one: it is stopped on this reading (after its warning). A limit
     # set in the kernel kills nothing when passed: there the second reading is still waited for.
-    from types import SimpleNamespace
-
     readings = iter([800, 990])  # MiB of a 1000 MiB limit
     clock = iter([100.0, 100.1])
     monkeypatch.setattr(guard.time, "monotonic", lambda: next(clock))
-    monkeypatch.setattr(guard, "memory_limit", lambda: SimpleNamespace(
-        used_bytes=next(readings) * 2**20, limit_bytes=1000 * 2**20, source=source, used_pct=99.0,
-        where="a test", to_dict=lambda: {}))
+    _feed(monkeypatch, readings, source=source)
     watcher = guard.MemoryGuard(ipython)
     said: list[str] = []
     monkeypatch.setattr(watcher, "_emit", lambda cell, text: said.append("warn"))
@@ -402,14 +402,10 @@ def test_growth_that_would_pass_a_hard_limit_before_the_stop_level_is_stopped_ea
     # Issue 33, item 5: 64 MiB steps at 1.2 GiB/s from 86 % of 1000 MiB pass the limit in a tenth of a
     # second; a stop lands only between steps, so waiting for 95 % loses the kernel. Two readings
     # say so: it is stopped at 89 %, and says why. A limit set in the kernel only gets its warning.
-    from types import SimpleNamespace
-
     readings = iter([800, 860, 890])  # MiB of a 1000 MiB limit
     clock = iter([100.0, 100.05, 100.1])
     monkeypatch.setattr(guard.time, "monotonic", lambda: next(clock))
-    monkeypatch.setattr(guard, "memory_limit", lambda: SimpleNamespace(
-        used_bytes=next(readings) * 2**20, limit_bytes=1000 * 2**20, source=source, used_pct=89.0,
-        where="a test", to_dict=lambda: {}))
+    _feed(monkeypatch, readings, source=source)
     watcher = guard.MemoryGuard(ipython)
     said: list[tuple[str, float | None]] = []
     warned: list[str] = []
@@ -429,14 +425,10 @@ def test_growth_that_would_pass_a_hard_limit_before_the_stop_level_is_stopped_ea
 def test_one_large_allocation_that_ends_short_of_the_stop_level_is_not_stopped(ipython, monkeypatch):
     # An np.load of 200 MiB from 70 % of a 1000 MiB cgroup: one reading sees it at 4 GiB/s, the
     # next ones see it done at 90 %. It would not have been killed, so it is warned, not stopped.
-    from types import SimpleNamespace
-
     readings = iter([700, 900, 900, 900])
     clock = iter([100.0, 100.05, 100.1, 100.15])
     monkeypatch.setattr(guard.time, "monotonic", lambda: next(clock))
-    monkeypatch.setattr(guard, "memory_limit", lambda: SimpleNamespace(
-        used_bytes=next(readings) * 2**20, limit_bytes=1000 * 2**20, source="cgroup", used_pct=90.0,
-        where="a test", to_dict=lambda: {}))
+    _feed(monkeypatch, readings, source="cgroup")
     watcher = guard.MemoryGuard(ipython)
     said: list[str] = []
     monkeypatch.setattr(watcher, "_emit", lambda cell, text: said.append("warn"))
@@ -473,14 +465,10 @@ def test_a_stop_not_yet_landed_is_not_taken_for_a_caught_one():
 def test_fast_growth_far_below_the_warning_band_is_read_faster(ipython, monkeypatch):
     # Issue 33, item 5: at 30 % → 60 % of the limit in a quarter second, the old guard read again in
     # a second (below 75 %: "ok"), when the cell had long reached the limit and been OOM-killed.
-    from types import SimpleNamespace
-
     readings = iter([300, 600])  # MiB of a 1000 MiB limit
     clock = iter([100.0, 100.25])
     monkeypatch.setattr(guard.time, "monotonic", lambda: next(clock))
-    monkeypatch.setattr(guard, "memory_limit", lambda: SimpleNamespace(
-        used_bytes=next(readings) * 2**20, limit_bytes=1000 * 2**20, source="environment", used_pct=60.0,
-        where="a test", to_dict=lambda: {}))
+    _feed(monkeypatch, readings, source="environment")
     watcher = guard.MemoryGuard(ipython)
     watcher._cell = guard._Cell(number=7, first_line="grow()", start_rss=0, parent=None)
     assert watcher.tick() <= guard.CELL_INTERVAL_S
