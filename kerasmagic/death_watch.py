@@ -10,7 +10,8 @@ the counter every :data:`POLL_S` seconds; when the kernel dies it reads, at once
 - the kernel's exit status from ``/proc/<pid>/stat`` (field 52, readable while the dead kernel is a
   zombie, which is until its server reaps it: the pidfd wakes the watcher first);
 - the OOM-kill counter again: a rise since the reading just before the death ties the kill to it;
-- the kernel log (``/dev/kmsg``, where readable): ``Killed process <pid>`` names the victim.
+- the kernel log (``/dev/kmsg``, where readable), from the watcher's start on:
+  ``Killed process <pid>`` names the victim (an older line names an earlier owner of the pid).
 
 It writes these facts next to the kernel's record (``<record>.death``, 0600) and exits; where the
 record is gone (a clean end deletes it first) it writes nothing. :mod:`kerasmagic.postmortem` turns
@@ -28,7 +29,7 @@ import signal
 import sys
 import time
 
-__all__ = ['POLL_S', 'death_path', 'exit_status', 'kernel_log_kill', 'main', 'read_counter']
+__all__ = ['POLL_S', 'KernelLog', 'death_path', 'exit_status', 'main', 'read_counter']
 
 #: How often the counter is read while the kernel lives: another process's OOM kill more than
 #: this long before the kernel's death is never taken for the kernel's.
@@ -91,51 +92,100 @@ def exit_status(pid: int) -> int | None:
         return None
 
 
-def kernel_log_kill(pid: int, text: str | None = None) -> str | None:
-    """The kernel log's line that says the OOM killer killed ``pid``; None where it does not say so
-    or cannot be read (``/dev/kmsg`` needs root or ``CAP_SYSLOG`` on most systems).
+#: ``Killed process <pid>``: the OOM killer's own line, the global and the memory cgroup one.
+_KILLED = re.compile(r"Killed process (\d+)\b")
+
+
+class KernelLog:
+    """The kernel log (``/dev/kmsg``) from the moment this object was made: a ``Killed process
+    <pid>`` line is evidence about a process only when it was written while that process lived.
+
+    The log keeps lines for hours and pids are reused (a 2-core CI machine wraps a 32768-pid
+    space in minutes): a kill line found by pid alone once called a plain SIGKILL an OOM death,
+    quoting another process's kill from twenty minutes before. So the log is opened at its end,
+    before the process to watch is started or while it lives, and only lines read from there on
+    count. :meth:`mark` returns a position for processes started later (an isolated job).
+    ``/dev/kmsg`` needs root or ``CAP_SYSLOG`` on most systems; elsewhere nothing is ever found.
 
     Example:
-        >>> kernel_log_kill(8726, "3,1,5,-;Memory cgroup out of memory: Killed process 8726 (python) total-vm:1kB")
-        'Memory cgroup out of memory: Killed process 8726 (python) total-vm:1kB'
-        >>> kernel_log_kill(872, "3,1,5,-;Memory cgroup out of memory: Killed process 8726 (python)") is None
+        >>> log = KernelLog()
+        >>> log.kill_line(2**22 + 1) is None          # no process has that pid
+        True
+        >>> log.mark() >= 0
         True
     """
-    if text is None:
-        text = _read_kmsg()
-        if text is None:
-            return None
-    found = None
-    pattern = re.compile(rf"(?:Killed process|Memory cgroup out of memory: Killed process) {pid}\b")
-    for line in text.splitlines():
-        message = line.split(";", 1)[1] if ";" in line else line
-        if pattern.search(message):
-            found = message.strip()
-    return found
 
+    #: How many pids' kill lines are kept (the newest), so a long-lived reader stays small.
+    KEEP = 1024
 
-def _read_kmsg() -> str | None:
-    try:
-        descriptor = os.open("/dev/kmsg", os.O_RDONLY | os.O_NONBLOCK)
-    except OSError:
-        return None
-    chunks: list[bytes] = []
-    size = 0
-    try:
+    def __init__(self) -> None:
+        self._owner = os.getpid()
+        self._last_seq = 0
+        self._kills: dict[int, tuple[int, str]] = {}  # pid -> (sequence number, line)
+        try:
+            self._fd: int | None = os.open("/dev/kmsg", os.O_RDONLY | os.O_NONBLOCK)
+            os.lseek(self._fd, 0, os.SEEK_END)  # what is already there is about other processes
+        except OSError:
+            self._fd = None
+
+    @property
+    def readable(self) -> bool:
+        """Whether this process can read the kernel log at all."""
+        return self._fd is not None
+
+    def mark(self) -> int:
+        """The sequence number of the last line written so far: pass it as ``since`` for a
+        process started after this call."""
+        self._read()
+        return self._last_seq
+
+    def kill_line(self, pid: int, since: int = 0) -> str | None:
+        """The OOM killer's line naming ``pid`` written after this object was made (and after
+        ``since``, a :meth:`mark`); None where there is none or the log cannot be read."""
+        self._read()
+        found = self._kills.get(pid)
+        return found[1] if found is not None and found[0] > since else None
+
+    def close(self) -> None:
+        """Let the log go (also done when the object is collected)."""
+        if self._fd is not None and self._owner == os.getpid():
+            os.close(self._fd)
+        self._fd = None
+
+    def __del__(self) -> None:
+        self.close()
+
+    def _read(self) -> None:
+        if self._fd is None or self._owner != os.getpid():
+            return  # a fork shares the file position: only the process that opened it reads
+        size = 0
         while size < _KMSG_LIMIT:
             try:
-                chunk = os.read(descriptor, 8192)  # one record per read
+                chunk = os.read(self._fd, 8192)  # one record per read
             except BlockingIOError:
                 break
-            except OSError:  # EPIPE: records overwritten while reading; go on with the next
+            except OSError:  # EPIPE: records overwritten since the last read; go on with the next
                 continue
             if not chunk:
                 break
-            chunks.append(chunk)
             size += len(chunk)
-    finally:
-        os.close(descriptor)
-    return b"".join(chunks).decode("utf-8", "replace")
+            self._note(chunk.decode("utf-8", "replace"))
+
+    def _note(self, record: str) -> None:
+        """One record: ``priority,sequence,microseconds,flags;message``, continuation lines after."""
+        header, _, message = record.partition(";")
+        try:
+            self._last_seq = max(self._last_seq, int(header.split(",")[1]))
+        except (IndexError, ValueError):
+            return
+        first = message.split("\n", 1)[0].strip()
+        killed = _KILLED.search(first)
+        if killed is None:
+            return
+        self._kills.pop(int(killed.group(1)), None)
+        self._kills[int(killed.group(1))] = (self._last_seq, first)
+        while len(self._kills) > self.KEEP:
+            del self._kills[next(iter(self._kills))]
 
 
 def _wait_for_death(pid: int, oom_file: str) -> tuple[int | None, float]:
@@ -187,13 +237,14 @@ def main(argv: list[str]) -> int:
             adj.write("-1000")  # root only: the OOM killer must take the kernel, not its witness
     except OSError:
         pass
+    log = KernelLog()  # the kernel lives now: a kill line from here on is about this process
     before, before_ts = _wait_for_death(pid, oom_file)
     died_ts = time.time()
     status = exit_status(pid)
     at_death = read_counter(oom_file)
     if not os.path.exists(record_path):
         return 0  # a clean end: the kernel deleted its record before it exited
-    log_line = kernel_log_kill(pid)
+    log_line = log.kill_line(pid)
     facts = {
         "pid": pid, "died_ts": round(died_ts, 3),
         "wait_status": status,
@@ -203,7 +254,7 @@ def main(argv: list[str]) -> int:
         "oom_kills_before": before, "oom_kills_before_ts": round(before_ts, 3),
         "oom_kills_at_death": at_death,
         "kernel_log": log_line,
-        "kernel_log_readable": os.access("/dev/kmsg", os.R_OK),
+        "kernel_log_readable": log.readable,
     }
     _write_private(death_path(record_path), json.dumps(facts).encode())
     return 0

@@ -20,11 +20,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from ..death_watch import kernel_log_kill
+from ..death_watch import KernelLog
 from ..tables import format_bytes
 from .errors import IsolatedCellError, IsolationUsageError, describe_exit
 
-__all__ = ["RetryPolicy", "attempt_record", "death_cause"]
+__all__ = ["RetryPolicy", "attempt_record", "death_cause", "kernel_log_mark"]
 
 #: What ``retries=`` re-runs when ``retry_on`` is not given: a process that did not end by itself.
 DEFAULT_RETRY_ON = ("crash", "out_of_memory")
@@ -120,19 +120,40 @@ def fault_site(output: str) -> str | None:
     return f"{frame} ({os.path.basename(found['path'])}:{found['line']})"
 
 
-def _sigkill_cause(pid: int | None) -> str:
-    """A job's SIGKILL, from evidence about that process: the kernel log naming its pid is the OOM
-    killer's own word. A cgroup's counter (this kernel's) counts every process in it, so it never
-    says alone that the job was the one killed (issue 33, item 9).
+#: The kernel log as this kernel reads it for its jobs, opened at the first map (see :func:`kernel_log_mark`).
+_kernel_log: KernelLog | None = None
+
+
+def kernel_log_mark() -> int:
+    """Where the kernel log is now: taken before a map's jobs are forked and passed to
+    :func:`attempt_record` as ``kernel_log_since``, so that only a kill line written after it can
+    name a job's pid (pids are reused; an older line is about another process).
 
     Example:
-        >>> _sigkill_cause(None).startswith("killed by signal 9 (SIGKILL): whether the out-of-memory killer")
+        >>> kernel_log_mark() >= 0
         True
     """
-    line = kernel_log_kill(pid) if isinstance(pid, int) else None
+    global _kernel_log
+    if _kernel_log is None:
+        _kernel_log = KernelLog()
+    return _kernel_log.mark()
+
+
+def _sigkill_cause(pid: int | None, since: int | None) -> str:
+    """A job's SIGKILL, from evidence about that process: the kernel log naming its pid after the
+    job started (``since``, a :func:`kernel_log_mark`) is the OOM killer's own word. A cgroup's
+    counter (this kernel's) counts every process in it, so it never says alone that the job was
+    the one killed (issue 33, item 9).
+
+    Example:
+        >>> _sigkill_cause(None, None).startswith("killed by signal 9 (SIGKILL): whether the out-of-memory killer")
+        True
+    """
+    log = _kernel_log if since is not None else None
+    line = log.kill_line(pid, since) if log is not None and since is not None and isinstance(pid, int) else None
     if line:
         return f"killed by signal 9 (SIGKILL): the out-of-memory killer (the kernel log: \"{line.split(')', 1)[0]})\")"
-    how = ("the kernel log does not name it" if isinstance(pid, int) and os.access("/dev/kmsg", os.R_OK) else
+    how = ("the kernel log does not name it" if isinstance(pid, int) and log is not None and log.readable else
            "the kernel log could not be read")
     return ("killed by signal 9 (SIGKILL): whether the out-of-memory killer did it is unknown (it had no memory "
             f"cgroup of its own, and {how}); the OOM killer of this kernel's cgroup or the machine, or someone's "
@@ -140,11 +161,12 @@ def _sigkill_cause(pid: int | None) -> str:
 
 
 def death_cause(result: Any, error: BaseException | None, *, timeout: float | None = None,
-                output: str = "") -> str:
+                output: str = "", kernel_log_since: int | None = None) -> str:
     """Why a job ended, in words a user acts on: never just ``crash``.
 
     ``result`` is the job's :class:`IsolatedResult`, ``error`` what it failed with. On a
-    cluster the node is named.
+    cluster the node is named. ``kernel_log_since`` (a :func:`kernel_log_mark` taken before the
+    job started) lets the kernel log name a SIGKILL's killer; without it the log is not read.
 
     Example:
         >>> from kerasmagic.isolation.result import IsolatedResult
@@ -173,7 +195,7 @@ def death_cause(result: Any, error: BaseException | None, *, timeout: float | No
     elif status == "crash":
         code = result.exit_code
         if code is not None and code == -signal.SIGKILL:
-            cause = _sigkill_cause(result.worker_pid)
+            cause = _sigkill_cause(result.worker_pid, kernel_log_since)
         elif code is not None:
             cause = describe_exit(code)
             site = fault_site(output or result.last_output) if code < 0 else None
@@ -191,9 +213,10 @@ def death_cause(result: Any, error: BaseException | None, *, timeout: float | No
 
 
 def attempt_record(number: int, result: Any, error: BaseException | None, *, timeout: float | None,
-                   output: str = "") -> dict[str, Any]:
+                   output: str = "", kernel_log_since: int | None = None) -> dict[str, Any]:
     """One attempt as the map keeps it (and the checkpoint stores it): JSON-able. ``output`` is
-    the job's output as the kernel kept it (more than ``result.last_output``'s last lines).
+    the job's output as the kernel kept it (more than ``result.last_output``'s last lines);
+    ``kernel_log_since`` is as for :func:`death_cause`.
 
     Example:
         >>> from kerasmagic.isolation.result import IsolatedResult
@@ -204,7 +227,7 @@ def attempt_record(number: int, result: Any, error: BaseException | None, *, tim
     return {
         "attempt": number,
         "status": result.status,
-        "cause": death_cause(result, error, timeout=timeout, output=output),
+        "cause": death_cause(result, error, timeout=timeout, output=output, kernel_log_since=kernel_log_since),
         "wall_s": round(result.wall_s, 4),
         "run_s": round(result.run_s, 4),
         "rss_peak_bytes": result.child_rss_peak_bytes,
