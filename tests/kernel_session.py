@@ -46,6 +46,10 @@ class KernelSession:
         except Empty:
             return None
         self.iopub.append(msg)
+        if msg["msg_type"] == "error":
+            # Also for a cell a test sent itself (client.execute): the next execute() waits out
+            # the abort that follows an error (see _until_not_aborting).
+            self._after_error = True
         return msg
 
     def wait_for(self, predicate, timeout: float = 20.0) -> dict:
@@ -94,8 +98,6 @@ class KernelSession:
                 self.last_execution_count = msg["content"]["execution_count"]
             if msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
                 return
-            if msg["msg_type"] == "error":
-                self._after_error = True
             yield msg
         raise TimeoutError(f"cell did not finish: {code!r}")
 

@@ -153,8 +153,12 @@ def _sigkill_cause(pid: int | None, since: int | None) -> str:
     line = log.kill_line(pid, since) if log is not None and since is not None and isinstance(pid, int) else None
     if line:
         return f"killed by signal 9 (SIGKILL): the out-of-memory killer (the kernel log: \"{line.split(')', 1)[0]})\")"
-    how = ("the kernel log does not name it" if isinstance(pid, int) and log is not None and log.readable else
-           "the kernel log could not be read")
+    if since is None:
+        how = "its machine's kernel log is not read from here"  # a Ray node's, or no mark was taken
+    elif isinstance(pid, int) and log is not None and log.readable:
+        how = "the kernel log does not name it"
+    else:
+        how = "the kernel log could not be read"
     return ("killed by signal 9 (SIGKILL): whether the out-of-memory killer did it is unknown (it had no memory "
             f"cgroup of its own, and {how}); the OOM killer of this kernel's cgroup or the machine, or someone's "
             "kill -9")
