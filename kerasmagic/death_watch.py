@@ -21,6 +21,7 @@ that must stay small (it lives in the kernel's memory cgroup).
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -34,8 +35,9 @@ __all__ = ['POLL_S', 'KernelLog', 'death_path', 'exit_status', 'main', 'read_cou
 #: How often the counter is read while the kernel lives: another process's OOM kill more than
 #: this long before the kernel's death is never taken for the kernel's.
 POLL_S = 0.2
-#: The kernel log is read up to this many bytes (the ring buffer is 128 KiB–a few MiB).
-_KMSG_LIMIT = 4 * 2**20
+#: The kernel log is read up to this many bytes at a time (the ring buffer is 128 KiB to a few
+#: MiB, so this is only a bound for a log written as fast as it is read).
+_KMSG_LIMIT = 64 * 2**20
 
 
 def death_path(record_path: str) -> str:
@@ -118,20 +120,33 @@ class KernelLog:
     #: How many pids' kill lines are kept (the newest), so a long-lived reader stays small.
     KEEP = 1024
 
-    def __init__(self) -> None:
+    def __init__(self, fd: int | None = None) -> None:
+        """``fd``: a descriptor from :meth:`open_at_end` to take over (the watcher's, opened by the
+        kernel before it started the watcher); by default the log is opened here, at its end."""
         self._owner = os.getpid()
         self._last_seq = 0
         self._kills: dict[int, tuple[int, str]] = {}  # pid -> (sequence number, line)
+        self._fd = fd if fd is not None and fd >= 0 else self.open_at_end()
+
+    @staticmethod
+    def open_at_end() -> int | None:
+        """A non-blocking descriptor of ``/dev/kmsg`` at the log's end (what is already there is
+        about other processes); None where the log cannot be read."""
         try:
-            self._fd: int | None = os.open("/dev/kmsg", os.O_RDONLY | os.O_NONBLOCK)
-            os.lseek(self._fd, 0, os.SEEK_END)  # what is already there is about other processes
+            fd = os.open("/dev/kmsg", os.O_RDONLY | os.O_NONBLOCK)
         except OSError:
-            self._fd = None
+            return None
+        try:
+            os.lseek(fd, 0, os.SEEK_END)
+        except OSError:
+            os.close(fd)
+            return None
+        return fd
 
     @property
     def readable(self) -> bool:
-        """Whether this process can read the kernel log at all."""
-        return self._fd is not None
+        """Whether this process can read the kernel log (a fork of the one that opened it cannot)."""
+        return self._fd is not None and self._owner == os.getpid()
 
     def mark(self) -> int:
         """The sequence number of the last line written so far: pass it as ``since`` for a
@@ -156,7 +171,7 @@ class KernelLog:
         self.close()
 
     def _read(self) -> None:
-        if self._fd is None or self._owner != os.getpid():
+        if not self.readable or self._fd is None:
             return  # a fork shares the file position: only the process that opened it reads
         size = 0
         while size < _KMSG_LIMIT:
@@ -164,8 +179,10 @@ class KernelLog:
                 chunk = os.read(self._fd, 8192)  # one record per read
             except BlockingIOError:
                 break
-            except OSError:  # EPIPE: records overwritten since the last read; go on with the next
-                continue
+            except OSError as exc:
+                if exc.errno == errno.EPIPE:
+                    continue  # records overwritten since the last read: the next read goes on after them
+                break
             if not chunk:
                 break
             size += len(chunk)
@@ -188,9 +205,9 @@ class KernelLog:
             del self._kills[next(iter(self._kills))]
 
 
-def _wait_for_death(pid: int, oom_file: str) -> tuple[int | None, float]:
-    """Block until ``pid`` exits; returns the counter as read just before the death and when."""
-    before, before_ts = read_counter(oom_file), time.time()
+def _wait_for_death(pid: int, oom_file: str, before: int | None, before_ts: float) -> tuple[int | None, float]:
+    """Block until ``pid`` exits; returns the counter as read just before the death and when
+    (``before`` at ``before_ts`` until the first reading here: the kernel's, as it started this)."""
     pidfd = None
     try:
         pidfd = os.pidfd_open(pid)  # Linux 5.3+, Python 3.9+
@@ -229,16 +246,25 @@ def _write_private(path: str, data: bytes) -> None:
 
 
 def main(argv: list[str]) -> int:
-    """``death_watch.py PID RECORD_PATH OOM_FILE``: watch, then write ``<record>.death``."""
+    """``death_watch.py PID RECORD_PATH [OOM_FILE [COUNT TS KMSG_FD]]``: watch, then write
+    ``<record>.death``. COUNT is the OOM-kill counter the kernel read at TS, just before it
+    started the watcher, and KMSG_FD the kernel log it opened at its end then (-1: none): a
+    kernel that dies before the watcher's first reading (a cell that fills memory right after
+    ``%load_ext``) is still judged on evidence from while it lived."""
     pid, record_path, oom_file = int(argv[0]), argv[1], argv[2] if len(argv) > 2 else ""
+    if len(argv) > 5:
+        before = int(argv[3]) if argv[3].isdigit() else None
+        before_ts, kmsg_fd = float(argv[4]), int(argv[5])
+    else:
+        before, before_ts, kmsg_fd = read_counter(oom_file), time.time(), -1
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C meant for the kernel is not ours
     try:
         with open("/proc/self/oom_score_adj", "w") as adj:
             adj.write("-1000")  # root only: the OOM killer must take the kernel, not its witness
     except OSError:
         pass
-    log = KernelLog()  # the kernel lives now: a kill line from here on is about this process
-    before, before_ts = _wait_for_death(pid, oom_file)
+    log = KernelLog(kmsg_fd)  # opened while the kernel lived: a kill line from there on is about it
+    before, before_ts = _wait_for_death(pid, oom_file, before, before_ts)
     died_ts = time.time()
     status = exit_status(pid)
     at_death = read_counter(oom_file)

@@ -30,6 +30,7 @@ is said once and never breaks a cell.
 from __future__ import annotations
 
 import collections
+import contextlib
 import hashlib
 import json
 import logging
@@ -196,15 +197,26 @@ class KernelRecord:
         oom_file = "" if isinstance(memory, Unavailable) else memory.oom_kill_file
         if not self.write():
             return False
+        with contextlib.suppress(OSError):
+            os.unlink(death_watch.death_path(self.path))  # an earlier kernel's with this pid (a container's restart)
+        # Read here, while this kernel lives, and handed over: the watcher's own first reading
+        # comes tens of milliseconds later, and this kernel can die before it.
+        before = death_watch.read_counter(oom_file)
+        kmsg = death_watch.KernelLog.open_at_end()
+        argv = [str(self.pid), self.path, oom_file, "" if before is None else str(before), f"{time.time():.3f}",
+                str(-1 if kmsg is None else kmsg)]
         try:
             self._watcher = subprocess.Popen(
-                [sys.executable, "-I", "-S", death_watch.__file__, str(self.pid), self.path, oom_file],
+                [sys.executable, "-I", "-S", death_watch.__file__, *argv],
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                close_fds=True, start_new_session=True)
+                close_fds=True, pass_fds=() if kmsg is None else (kmsg,), start_new_session=True)
         except OSError as exc:
             print(f"kerasmagic: cannot start the process that watches this kernel ({exc}); if it dies, the "
                   "next kernel cannot say how", file=sys.stderr)
             return False
+        finally:
+            if kmsg is not None:
+                os.close(kmsg)
         return True
 
     @property
@@ -363,7 +375,10 @@ def previous_deaths(folder: str, identity: str) -> list[dict[str, Any]]:
         pid, ticks = record.get("pid"), record.get("start_ticks")
         if isinstance(pid, int) and _alive(pid, ticks if isinstance(ticks, int) else None):
             continue  # another kernel of this notebook, still running
-        deaths.append({**record, "path": path, "death": _death_facts(path, record.get("watcher_pid"))})
+        facts = _death_facts(path, record.get("watcher_pid"))
+        if facts is not None and not _facts_are_about(facts, record):
+            facts = None  # an earlier kernel's, left where this one's record now is: nothing watched this one
+        deaths.append({**record, "path": path, "death": facts})
     return sorted(deaths, key=lambda record: -float(record.get("updated_ts") or 0))
 
 
@@ -378,6 +393,22 @@ def _death_facts(path: str, watcher_pid: Any, wait_s: float = 2.0) -> dict[str, 
                 or time.monotonic() > deadline:
             return facts
         time.sleep(0.05)
+
+
+def _facts_are_about(facts: dict[str, Any], record: dict[str, Any]) -> bool:
+    """Whether a watcher's facts are about the kernel that kept ``record``: its pid, and a death
+    after that kernel started (a record path is the notebook's key and the pid, and pids repeat).
+
+    Example:
+        >>> _facts_are_about({"pid": 7, "died_ts": 20.0}, {"pid": 7, "started_ts": 10.0})
+        True
+        >>> _facts_are_about({"pid": 7, "died_ts": 5.0}, {"pid": 7, "started_ts": 10.0})
+        False
+    """
+    died, started = facts.get("died_ts"), record.get("started_ts")
+    if facts.get("pid") != record.get("pid"):
+        return False
+    return not (isinstance(died, (int, float)) and isinstance(started, (int, float)) and died < started)
 
 
 def forget(path: str) -> None:
@@ -455,16 +486,19 @@ def _cause(death: dict[str, Any] | None, figure: str, limit: Any) -> str:
     before, after = death.get("oom_kills_before"), death.get("oom_kills_at_death")
     rose = isinstance(before, int) and isinstance(after, int) and after > before
     counted = isinstance(before, int) and isinstance(after, int)
-    if isinstance(log_line, str) and log_line:
+    # The OOM killer sends SIGKILL: a kernel that exited with a code or died of another signal was
+    # not its victim, whatever its cgroup counted (another process's kill) or the log says.
+    could_be_oom = sig == signal.SIGKILL or death.get("wait_status") is None
+    if isinstance(log_line, str) and log_line and could_be_oom:
         rss = _kill_rss(log_line)
         at = f" at {format_bytes(rss)}" + (f" of a {format_bytes(limit)} limit" if isinstance(limit, int) else "") \
             if rss is not None else ""
         quoted = log_line.split(")", 1)[0] + ")" if ")" in log_line else log_line[:120]
         return f"killed by the out-of-memory killer{at} (the kernel log: \"{quoted}\"){reading}"
-    if rose and sig in (signal.SIGKILL, None):
+    if rose and could_be_oom:
         how = "SIGKILL, as" if sig == signal.SIGKILL else "as"
         return (f"killed by the out-of-memory killer: it died of {how} its cgroup counted an OOM kill in the "
-                f"{death_watch.POLL_S:g} s before{reading}")
+                f"{_window(death)} before{reading}")
     if sig == signal.SIGKILL:
         why = ("its cgroup counted no OOM kill as it died" if counted else "no OOM-kill counter could be read, "
                "and the kernel log does not name it" if death.get("kernel_log_readable") else
@@ -482,6 +516,24 @@ def _cause(death: dict[str, Any] | None, figure: str, limit: Any) -> str:
                 f"died; its exit status was gone before it could be read){reading}")
     return ("cause unknown: its exit status, its cgroup's OOM-kill counter and the kernel log could not be "
             f"read{reading}")
+
+
+def _window(death: dict[str, Any]) -> str:
+    """How long before the death the watcher's last counter reading was, in words ("0.2 s"): the
+    watcher reads every :data:`~kerasmagic.death_watch.POLL_S`; a longer gap (a watcher that
+    started late or stalled) is said as it was.
+
+    Example:
+        >>> _window({"died_ts": 10.1, "oom_kills_before_ts": 10.0})
+        '0.2 s'
+        >>> _window({"died_ts": 13.0, "oom_kills_before_ts": 10.0})
+        '3.0 s'
+    """
+    died, read = death.get("died_ts"), death.get("oom_kills_before_ts")
+    gap = died - read if isinstance(died, (int, float)) and isinstance(read, (int, float)) else None
+    if gap is None or gap <= death_watch.POLL_S * 1.5:
+        return f"{death_watch.POLL_S:g} s"
+    return f"{gap:.1f} s"
 
 
 def death_time(record: dict[str, Any]) -> tuple[float | None, bool]:

@@ -59,6 +59,7 @@ from .outcome import (
 )
 from .pool import Launch
 from .processes import JobProcess
+from .retries import kernel_log_mark
 from .runner import JobRun
 from .spec import WorkerSpec
 from .template import TemplateFailed
@@ -126,6 +127,9 @@ class LocalBackend:
 
     def start(self, run: JobRun) -> None:
         run.begin()
+        # Before the worker is taken (a fork, or a spare forked earlier and alive now): a kill line
+        # written from here on that names its pid is about this job, not an earlier owner of the pid.
+        run.kernel_log_since = kernel_log_mark()
         run.attempt = _Process(run, self)
         events.publish("isolated_started", {"job_id": run.result.job_id, "label": run.label,
                                             "on": "local", "node": None, "ts": run.started_ts})

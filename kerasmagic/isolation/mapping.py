@@ -30,9 +30,8 @@ from .errors import IsolatedInterrupt, IsolationUsageError, IsolationWarning
 from .gpu_figures import kernel_gpu_figures
 from .job import Job
 from .job_memory import check_memory_limit
-from .local import LocalBackend
 from .result import IsolatedResult, add_kernel_gpu_rows
-from .retries import RetryPolicy, attempt_record, kernel_log_mark
+from .retries import RetryPolicy, attempt_record
 from .shipping import make_job_directory
 from .spare import fixed_settings_in_function
 from .spec import check_preload, worker_spec
@@ -541,18 +540,14 @@ def _map_items(fn: Callable[[Any], Any], items: list[Any], book: Checkpoint | No
                 raise
             index_of = {id(run.result): pending[i] for i, run in enumerate(runs)}
             again: list[int] = []
-            # Before the forks: a kill line the kernel log writes from here on can be about these
-            # jobs' pids. A job on a Ray node ran on another machine's kernel: this log says nothing.
-            log_since = kernel_log_mark() if isinstance(backend, LocalBackend) else None
 
-            def on_change(run: Any, index_of: dict[int, int] = index_of, again: list[int] = again,
-                          log_since: int | None = log_since) -> None:
+            def on_change(run: Any, index_of: dict[int, int] = index_of, again: list[int] = again) -> None:
                 index = index_of[id(run.result)]
                 if run.phase != "over" or id(run.result) in handled:
                     bar.update(index, run)
                     return
                 handled.add(id(run.result))
-                if _item_over(index, run, book, policy, attempts, values, errors, timeout, log_since):
+                if _item_over(index, run, book, policy, attempts, values, errors, timeout):
                     again.append(index)
                     bar.update(index, run, "retrying", why=attempts[index][-1]["cause"])
                 else:
@@ -586,14 +581,14 @@ def _label(index: int, attempt: int, retries: int) -> str:
 
 def _item_over(index: int, run: Any, book: Checkpoint | None, policy: RetryPolicy,
                attempts: list[list[dict[str, Any]]], values: list[Any], errors: list[BaseException | None],
-               timeout: float | None, log_since: int | None) -> bool:
+               timeout: float | None) -> bool:
     """An item's run ended: record the attempt, keep the value (and store it), or decide on another
     attempt. True when the item runs again; its error is then taken off the run, so that the loop
     does not stop the map for a failure that a retry may mend."""
     result, error = run.result, run.error
     tries = attempts[index]
     tries.append(attempt_record(len(tries) + 1, result, error, timeout=timeout, output=getattr(run, "tail", ""),
-                                kernel_log_since=log_since))
+                                kernel_log_since=run.kernel_log_since))
     if error is not None:
         exc_type = getattr(error, "exc_type", None) or None
         if policy.should_retry(result.status, exc_type, attempts=len(tries)):

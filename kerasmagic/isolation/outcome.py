@@ -279,10 +279,16 @@ def crashed(result: IsolatedResult, pid: int, code: int | None, output: str, *, 
         >>> crashed(result, pid=7, code=74, output="").args[0].startswith("the isolated job closed its channel")
         True
     """
-    if memory_limit is not None and memory_limit.oom_killed():
+    # The job's cgroup counts the kills of every process in it: the worker's death is the OOM
+    # killer's only where the worker died of SIGKILL. A worker that exited or aborted after a child
+    # (a subprocess, a compiler) was OOM-killed ended by itself, and is told so.
+    oom_in_cgroup = memory_limit is not None and memory_limit.oom_killed()
+    if memory_limit is not None and oom_in_cgroup and code == -signal.SIGKILL:
         return out_of_memory(result, memory_limit, memory_limit.peak_growth_bytes or None,
                              by="the out-of-memory killer of its cgroup ended its worker", at_limit=False, pid=pid)
-    shown = f"; its last output:\n{output}" if output else "; it printed nothing"
+    child_killed = ("; the out-of-memory killer of its cgroup killed another of its processes (one it started)"
+                    if oom_in_cgroup else "")
+    shown = f"{child_killed}; its last output:\n{output}" if output else f"{child_killed}; it printed nothing"
     closed = ("closed its channel to the kernel (did it close file descriptors it had not opened, e.g. "
               "os.closerange(3, ...)?)")
     if killed_without_result:

@@ -68,6 +68,9 @@ class JobRun:
         self.deadline: float | None = None
         self.expired = False  # ended from another thread as if its timeout had passed (expire())
         self.attempt: Any = None  # the backend's, from its start to its release
+        #: Where this machine's kernel log was as the job started (a local job only): a kill line
+        #: written after it can be about the job's pid (see retries.kernel_log_mark).
+        self.kernel_log_since: int | None = None
         self.memory_limit = None if job.memory_limit_bytes is None else JobMemoryLimit(job.memory_limit_bytes)
         result.frameworks = list(spec.preload)
         result.memory_limit_bytes = job.memory_limit_bytes

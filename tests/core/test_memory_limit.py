@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from kerasmagic import guard, limits, postmortem
+from kerasmagic import death_watch, guard, limits, postmortem
 from kerasmagic.probes import Unavailable
 from kerasmagic.probes.cgroup import memory_cgroup, parse_mountinfo, read_oom_kills
 
@@ -246,8 +246,35 @@ def test_a_counter_rise_alone_is_no_oom_verdict_only_the_watchers_facts_are(tmp_
     told = postmortem.explain({**record, "death": {**facts, "oom_kills_before": None, "kernel_log": line}})
     assert "killed by the out-of-memory killer at 1.03 GiB of a 4.00 GiB limit (the kernel log: \"Memory cgroup " \
            "out of memory: Killed process 42 (python)\")" in told, told
+    # The OOM killer sends SIGKILL: an exit with a code, or another signal, is never its kill,
+    # whatever the cgroup counted meanwhile (another process's) or a log line says.
+    exited = {**facts, "signal": None, "exit_code": 1, "wait_status": 256, "oom_kills_before": 1}
+    told = postmortem.explain({**record, "death": exited})
+    assert "exited unexpectedly with code 1" in told and "out-of-memory killer:" not in told, told
+    told = postmortem.explain({**record, "death": {**facts, "signal": 11, "wait_status": 11, "kernel_log": line}})
+    assert "killed by SIGSEGV" in told and "killed by the out-of-memory killer" not in told, told
+    # A counter read long before the death (a watcher that started late) is said as it was.
+    late = {**facts, "died_ts": 13.0, "oom_kills_before_ts": 10.0}
+    assert "counted an OOM kill in the 3.0 s before" in postmortem.explain({**record, "death": late})
     postmortem.forget(path)
     assert postmortem.previous_deaths(str(folder), "/me/b.ipynb") == []
+
+
+def test_an_earlier_kernels_facts_at_the_same_path_are_not_this_kernels(tmp_path):
+    # A record's path is the notebook's key and the pid; pids repeat (a container's restart): a
+    # .death file the earlier kernel's watcher wrote must not tell the new kernel's death.
+    folder = tmp_path / "records"
+    path = _dead_record(folder, "/me/c.ipynb")
+    record = json.loads(open(path).read())
+    stale = {"pid": record["pid"], "died_ts": record["started_ts"] - 100, "signal": 9,
+             "oom_kills_before": 1, "oom_kills_at_death": 2}
+    death_file = tmp_path / "records" / os.path.basename(death_watch.death_path(path))
+    death_file.write_text(json.dumps(stale))
+    told = postmortem.explain(postmortem.previous_deaths(str(folder), "/me/c.ipynb")[0])
+    assert "cause unknown: nothing watched it die" in told, told
+    death_file.write_text(json.dumps({**stale, "died_ts": record["started_ts"] + 5}))
+    told = postmortem.explain(postmortem.previous_deaths(str(folder), "/me/c.ipynb")[0])
+    assert "killed by the out-of-memory killer" in told, told
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc and pidfds")
@@ -273,6 +300,30 @@ def test_the_watcher_writes_the_signal_and_the_counters_at_the_death(tmp_path):
         watcher.wait()
     assert facts["pid"] == child.pid and facts["signal"] == 9, facts
     assert facts["oom_kills_before"] == facts["oom_kills_at_death"] == 3, facts
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc and pidfds")
+def test_a_kernel_dead_before_its_watcher_first_read_is_judged_on_the_kernels_reading(tmp_path):
+    # The kernel reads the counter as it starts the watcher; a kernel OOM-killed before the
+    # watcher's own first reading (a cell that fills memory right after %load_ext, on a loaded
+    # machine) was told "not by the out-of-memory killer": the watcher first read the count after the kill.
+    counter = tmp_path / "memory.oom_control"
+    counter.write_text("oom_kill 3\n")
+    record = tmp_path / "k-2.json"
+    record.write_text("{}")
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    read_at = time.time()
+    try:
+        child.kill()  # dead (a zombie: not reaped) before the watcher starts
+        counter.write_text("oom_kill 4\n")  # as its cgroup counted the kill
+        watcher = subprocess.run([sys.executable, "-I", "-S", death_watch.__file__, str(child.pid), str(record),
+                                  str(counter), "3", f"{read_at:.3f}", "-1"], timeout=30)
+        assert watcher.returncode == 0
+        facts = json.loads((tmp_path / "k-2.death").read_text())
+    finally:
+        child.kill()
+        child.wait()
+    assert (facts["oom_kills_before"], facts["oom_kills_at_death"], facts["signal"]) == (3, 4, 9), facts
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="giving a file to another user needs root")

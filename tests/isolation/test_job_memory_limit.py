@@ -190,3 +190,30 @@ def test_the_magic_takes_a_memory_limit_and_keeps_the_notebook(shell, capsys, wi
     refused = shell.run_cell("%%fresh_model --isolate --memory-limit 0\nx = 1")
     assert "must be more than 0 bytes" in str(refused.error_in_exec)
     assert "x" not in shell.user_ns
+
+
+def child_oom_killed_then_exit(code: int) -> None:
+    """A job whose subprocess (a compiler, a converter) the job's cgroup OOM-kills; the job then
+    gives up with an exit code of its own."""
+    import os
+    import subprocess
+    import sys
+
+    grow = "b = bytearray(2048 * 2**20); b[::4096] = b'y' * len(b[::4096])"
+    subprocess.run([sys.executable, "-c", grow], check=False)
+    os._exit(code)
+
+
+def test_a_job_that_exits_after_its_child_was_oom_killed_is_told_its_own_exit(monkeypatch):
+    # The job's cgroup counts every process in it: the reviewer's case, a worker that exited with
+    # code 3 after its subprocess was OOM-killed, was told "the out-of-memory killer ended its worker".
+    why = _can_make_cgroups()
+    if why is not None:
+        pytest.skip(f"no memory cgroup can be made here: {why}")
+    monkeypatch.setattr(job_memory, "_rss_of", lambda pid: None)  # only the cgroup acts
+    with pytest.raises(IsolatedCrash) as info:
+        run_isolated(child_oom_killed_then_exit, args=(3,), memory_limit="300MiB", quiet=True)
+    error = info.value
+    assert not isinstance(error, IsolatedOutOfMemory), str(error)
+    assert "exit code 3" in str(error) or "code 3" in str(error), str(error)
+    assert "killed another of its processes" in str(error), str(error)
