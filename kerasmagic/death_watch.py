@@ -98,6 +98,18 @@ def exit_status(pid: int) -> int | None:
 _KILLED = re.compile(r"Killed process (\d+)\b")
 
 
+#: The inode of the first pid namespace, the same on every Linux (``PROC_PID_INIT_INO``).
+_HOST_PID_NAMESPACE = "pid:[4026531836]"
+
+
+def _in_the_hosts_pid_namespace() -> bool:
+    """Whether pids here are the ones the kernel log writes (not a container's own numbering)."""
+    try:
+        return os.readlink("/proc/self/ns/pid") == _HOST_PID_NAMESPACE
+    except OSError:
+        return False
+
+
 class KernelLog:
     """The kernel log (``/dev/kmsg``) from the moment this object was made: a ``Killed process
     <pid>`` line is evidence about a process only when it was written while that process lived.
@@ -107,7 +119,8 @@ class KernelLog:
     quoting another process's kill from twenty minutes before. So the log is opened at its end,
     before the process to watch is started or while it lives, and only lines read from there on
     count. :meth:`mark` returns a position for processes started later (an isolated job).
-    ``/dev/kmsg`` needs root or ``CAP_SYSLOG`` on most systems; elsewhere nothing is ever found.
+    ``/dev/kmsg`` needs root or ``CAP_SYSLOG`` on most systems, and in a container of its own pid
+    namespace it names the host's pids; there it is not read, and nothing is ever found.
 
     Example:
         >>> log = KernelLog()
@@ -127,6 +140,10 @@ class KernelLog:
         self._last_seq = 0
         self._kills: dict[int, tuple[int, str]] = {}  # pid -> (sequence number, line)
         self._fd = fd if fd is not None and fd >= 0 else self.open_at_end()
+        if self._fd is not None and not _in_the_hosts_pid_namespace():
+            # A (privileged) container: the log names the host's pids, which can equal one of ours.
+            os.close(self._fd)
+            self._fd = None
 
     @staticmethod
     def open_at_end() -> int | None:

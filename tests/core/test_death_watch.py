@@ -12,6 +12,7 @@ reuse, seen from the reader's side.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -101,3 +102,22 @@ def test_a_forked_child_never_reads_its_parents_log_position():
         assert log.mark() > 0, "the parent lost the line the child wrote"
     finally:
         log.close()
+
+
+def test_in_a_pid_namespace_of_its_own_the_log_is_not_read():
+    # A privileged container can read /dev/kmsg, whose lines name the host's pids: a host
+    # process's kill could carry the number of a kernel in the container.
+    if not os.access("/dev/kmsg", os.R_OK):
+        pytest.skip("the kernel log cannot be read here (it needs root or CAP_SYSLOG; CI runs as root)")
+    code = "from kerasmagic.death_watch import KernelLog; print(KernelLog().readable)"
+    unshare = shutil.which("unshare")
+    if unshare is None:
+        pytest.skip("no unshare(1) here (util-linux)")
+    run = subprocess.run([unshare, "--pid", "--fork", "--mount-proc", sys.executable, "-c", code],
+                         capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    if run.returncode != 0 and "Operation not permitted" in run.stderr:
+        pytest.skip(f"a pid namespace cannot be made here: {run.stderr.strip()}")
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == "False"
+    assert death_watch.KernelLog().readable  # and where pids are the host's, it is
