@@ -19,7 +19,7 @@ from .probes import process as process_probe
 from .tables import Report, Section, format_bytes
 
 __all__ = ['NOTE_MIN_TRACES', 'STACK_TRACE_BYTES', 'TRIM_NOTE_MIN_BYTES', 'FreshModelResult', 'assigned_names',
-           'fresh_model', 'tf_stack_traces_note']
+           'fresh_model', 'rebound_names', 'tf_stack_traces_note']
 
 
 class FreshModelResult(Report):
@@ -161,6 +161,48 @@ def assigned_names(code: str | ast.AST | types.CodeType) -> set[str]:
             continue  # its body binds its own names
         stack.extend(ast.iter_child_nodes(node))
     return names
+
+
+def rebound_names(code: str | ast.Module) -> set[str]:
+    """The names every run of a cell rebinds before it reads them: deleting one before the cell
+    loses nothing the cell would have kept. A name counts where a plain assignment binds it at
+    the cell's top level or in the body of a top-level ``for`` or ``with``, and nothing in the
+    cell reads it before that statement ends. A name bound only under ``if``, ``while``, ``try``
+    or ``match`` is not one (``best_model = model`` when a trial beats the best: deleting it first
+    loses the best model), nor one that ``+=`` or the assignment itself reads.
+
+    Example:
+        >>> sorted(rebound_names("for t in range(3):\n    model = make()\n    if better(model):\n"
+        ...                      "        best = model\nlog = log + [1]"))
+        ['model', 't']
+    """
+    tree = ast.parse(code) if isinstance(code, str) else code
+    bound_at: dict[str, tuple[int, int]] = {}  # name -> where the statement that surely binds it ends
+
+    def bind(target: ast.expr, statement: ast.stmt | ast.expr) -> None:
+        for node in ast.walk(target):
+            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store) and node.id not in bound_at:
+                bound_at[node.id] = (statement.end_lineno or statement.lineno, statement.end_col_offset or 0)
+
+    def visit(statements: list[ast.stmt]) -> None:
+        for statement in statements:
+            if isinstance(statement, ast.Assign):
+                for target in statement.targets:
+                    if isinstance(target, (ast.Name, ast.Tuple, ast.List)):
+                        bind(target, statement)
+            elif isinstance(statement, ast.AnnAssign) and statement.value is not None:
+                bind(statement.target, statement)
+            elif isinstance(statement, (ast.For, ast.AsyncFor)):
+                bind(statement.target, statement.target)  # read again at each pass, bound before the body
+                visit(statement.body)  # a loop over nothing is not what a training cell does
+            elif isinstance(statement, (ast.With, ast.AsyncWith)):
+                visit(statement.body)
+
+    visit(tree.body)
+    read_early = {node.id for node in ast.walk(tree)
+                  if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Store) and node.id in bound_at
+                  and (node.lineno, node.col_offset) < bound_at[node.id]}
+    return set(bound_at) - read_early
 
 
 def _split_missing(names: tuple[str, ...], namespace: dict[str, Any], creates: set[str]

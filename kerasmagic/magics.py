@@ -394,48 +394,57 @@ class _CellRunner:
         return None if self._last is None else eval(self._last, namespace)  # noqa: S307 - its last expression
 
 
-def _assigned_names(tree: ast.Module) -> set[str]:
-    return {node.id for node in ast.walk(tree) if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store)}
-
-
 def _reassigned_model_hints(shell, runner: _CellRunner, named: list[str]) -> list[str]:
-    """Variables the cell overwrites that hold a model now: it stays alive until the assignment.
+    """Variables the cell rebinds that hold a model now: it stays alive until the assignment.
 
     We do not delete them on our own (if the cell failed before reassigning, the user's
-    model would be gone); we say how to free them first instead, naming every variable that
-    holds the model (``history`` of ``history.model`` too: deleting ``model`` alone frees nothing),
-    found by the search ``%tf_mem --who`` does.
+    model would be gone); we say how to free them first instead. Only names every run of the
+    cell rebinds before reading them are offered (``fresh.rebound_names``): ``best_model``, bound
+    only when a trial beats the best, would be lost. The hint names every variable that holds
+    the model (``history`` of ``history.model`` too: deleting ``model`` alone frees nothing),
+    found by the search ``%tf_mem --who`` does; where something the cell does not surely rebind
+    holds it too, deleting frees nothing, and the hint says so instead of offering it.
     """
+    from .fresh import rebound_names
     from .holders import HolderSearch
     from .probes.keras import model_classes
 
     classes = model_classes()
     if not classes:
         return []
-    names = sorted(
-        name for name in _assigned_names(runner.body)
-        if name not in named and isinstance(shell.user_ns.get(name), classes)
-    )
+    rebound = rebound_names(runner.body)
+    names = sorted(name for name in rebound if name not in named and isinstance(shell.user_ns.get(name), classes))
     if not names:
         return []
     search = HolderSearch(shell)
-    roots: list[str] = list(names)
-    deeper: list[str] = []
+    offered: list[str] = []
+    freed_by: list[str] = []
+    hints: list[str] = []
     for name in names:
+        roots, kept = [name], []
         for item in search.heavy:
-            if item.obj is shell.user_ns[name]:
-                for holder in item.holders:
-                    if holder.kind == "history" or holder.where == holder.root:
-                        roots.append(holder.root)
-                    elif holder.kind == "variable":
-                        deeper.append(holder.where)
+            if item.obj is not shell.user_ns[name]:
+                continue
+            for holder in item.holders:
+                whole = holder.kind == "history" or (holder.kind == "variable" and holder.where == holder.root)
+                if whole and (holder.root in rebound or holder.root in named):
+                    roots.append(holder.root)
+                elif holder.kind in ("variable", "history"):
+                    kept.append(holder.where)
+        kept = [where for where in dict.fromkeys(kept) if where not in named]
+        if kept:
+            hints.append(f"{name} held a model from before this cell while it ran, which {', '.join(kept)} "
+                         "also holds and this cell does not always rebind: deleting it first would free nothing, "
+                         "so it is not offered")
+        else:
+            freed_by.append(name)
+            offered.extend(root for root in roots if root not in named)
     del search
-    listed = " ".join(dict.fromkeys(n for n in roots if n not in named))
-    hint = (f"{', '.join(names)} still held the previous model while this cell ran; "
-            f"`%%fresh_model {listed}` deletes it before the cell so its memory is reused")
-    if deeper:
-        hint += f" (also held by {', '.join(dict.fromkeys(deeper))}: set that to None first)"
-    return [hint]
+    if freed_by:
+        listed = " ".join(dict.fromkeys(offered))
+        hints.insert(0, f"{', '.join(freed_by)} still held the previous model while this cell ran; "
+                        f"`%%fresh_model {listed}` deletes it before the cell so its memory is reused")
+    return hints
 
 
 _LINE_RETURNS = "report = %clear_tf -o"

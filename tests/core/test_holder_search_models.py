@@ -124,6 +124,36 @@ def test_the_fresh_model_hint_names_every_holder_and_following_it_frees_the_mode
     assert shell.user_ns["alive_when_the_cell_ran"] is False
 
 
+TUNER_CELL = ("%%fresh_model -q -o{names}\n"
+              "for trial in range(2):\n"
+              "    model = make_model()\n"
+              "    loss = trial_losses.pop(0)\n"
+              "    if loss < best_loss:\n"
+              "        best_loss, best_model = loss, model\n")
+
+
+def test_the_fresh_model_hint_never_offers_a_name_the_cell_rebinds_only_sometimes(keras_shell):
+    # A tuner keeps its best model in a name bound only when a trial beats it: the hint once said
+    # "`%%fresh_model best_model model history`", and following it lost the best model.
+    shell = keras_shell
+    run(shell, "best_model, best_loss = None, float('inf')\ntrial_losses = [0.5, 0.4, 0.9, 0.8]")
+    run(shell, TUNER_CELL.format(names=""))  # trial 2 (0.4) is the best; the second run beats nothing
+    best = shell.user_ns["best_model"]
+    result = run(shell, TUNER_CELL.format(names=""))
+    offered = [name for hint in result.hints for listed in re.findall(r"`%%fresh_model ([^`]*)`", hint)
+               for name in listed.split()]
+    assert "best_model" not in offered, result.hints
+    assert shell.user_ns["best_model"] is best
+    # `model` held the best model too (the last trial of the first run was it): deleting `model`
+    # first would free nothing, and the hint says so rather than offering it.
+    assert "model" not in offered, result.hints
+    assert any("best_model also holds" in hint and "not offered" in hint for hint in result.hints), result.hints
+    # Follow whatever it offers on the next run: the best model survives and is still the best.
+    run(shell, "trial_losses = [0.7, 0.6]")
+    run(shell, TUNER_CELL.format(names=f" {' '.join(offered)}" if offered else ""))
+    assert shell.user_ns["best_model"] is best and shell.user_ns["best_loss"] == 0.4
+
+
 def test_ops_added_to_a_graph_the_notebook_holds_are_counted_per_cell_after_a_clean(keras_shell):
     """Seed 004: a user object keeps its Session's graph; after a clean reset the default graph,
     a cell that adds ops to the held graph must not read "0 new ops"."""
