@@ -172,8 +172,8 @@ def rebound_names(code: str | ast.Module) -> set[str]:
     loses the best model), nor one that ``+=`` or the assignment itself reads.
 
     Example:
-        >>> sorted(rebound_names("for t in range(3):\n    model = make()\n    if better(model):\n"
-        ...                      "        best = model\nlog = log + [1]"))
+        >>> sorted(rebound_names("for t in range(3):\\n    model = make()\\n    if better(model):\\n"
+        ...                      "        best = model\\nlog = log + [1]"))
         ['model', 't']
     """
     tree = ast.parse(code) if isinstance(code, str) else code

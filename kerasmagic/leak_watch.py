@@ -34,7 +34,7 @@ from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import session_runs
+from . import events, session_runs
 from .holders import HolderSearch, collect_heavy, graph_ops
 from .probes import keras as keras_probe
 from .probes import tensorflow as tf_probe
@@ -406,6 +406,10 @@ class _Cell:
         self.made_models: list[weakref.ref] = []
         #: What holds the growth, read when the cell was last flagged (:meth:`LeakWatch._evidence`).
         self.evidence: dict[str, Any] | None = None
+        #: The notebook as the evidence and the one run's finding were read: the cleans run so far and
+        #: the ids of the names they speak of (:meth:`LeakWatch._changes_since`).
+        self.evidence_state: tuple[int, dict[str, int]] | None = None
+        self.one_run_state: tuple[int, dict[str, int]] | None = None
 
     def add(self, run: CellRun, source: str, one_run: dict[str, Any] | None = None,
             left: _Left | None = None) -> None:
@@ -574,7 +578,8 @@ def advice(per_run: dict[str, Any], evidence: dict[str, Any] | None) -> tuple[st
         return ("fresh_model",
                 f"Fix: start the cell with %%fresh_model: {freeable} of TensorFlow's "
                 f"{evidence.get('registry_entries')} CustomGradient entries pin graphs of models the notebook no "
-                "longer keeps (counted now), and the clean %%fresh_model runs before each run frees them with "
+                f"longer keeps (counted {evidence.get('when') or 'now'}), and the clean %%fresh_model runs before "
+                "each run frees them with "
                 "their graphs; a plain `%clear_tf` frees them once (the graphs' memory is not measured here)."
                 + (f" {remedy}" if named else ""), named)
     if named:
@@ -592,6 +597,17 @@ def advice(per_run: dict[str, Any], evidence: dict[str, Any] | None) -> tuple[st
                 "Not shown to be this cell: it grew only with other cells run between its runs. Run it "
                 "several times in a row: if it does not grow then, it is not a leak. " + remedy, [])
     return "isolate", FRESH_CELL_TEXT if fresh_cell else FIX_TEXT["isolate"], []
+
+
+def _measure_again(when: str, changes: list[str]) -> str:
+    """The words for advice the notebook has moved past (:meth:`LeakWatch._as_of_now`).
+
+    Example:
+        >>> _measure_again("after cell [6] ran", ["`models` was deleted"])[:72]
+        'Measured after cell [6] ran; since then `models` was deleted, so its adv'
+    """
+    return (f"Measured {when}; since then {' and '.join(changes)}, so its advice is not repeated: run the "
+            "cell again to measure it anew, or `%tf_mem --who` for what is held now.")
 
 
 def _held(names: list[str]) -> str:
@@ -921,6 +937,10 @@ class LeakWatch:
         self._pending: tuple[str, str | None, str, tuple] | None = None
         self._started = False
         self._seq = 0
+        #: Cleans (``%clear_tf``, ``%%fresh_model``, their API) seen since the watch started: advice
+        #: measured before the last one is not repeated as if it still held.
+        self._cleans = 0
+        self._unsubscribe: Any = None
         #: What recording a run cost the kernel, pre and post together, for the last run.
         self.last_cost_s = 0.0
 
@@ -932,7 +952,12 @@ class LeakWatch:
         if not self._started:
             self.shell.events.register("pre_run_cell", self.pre_run_cell)
             self.shell.events.register("post_run_cell", self.post_run_cell)
+            self._unsubscribe = events.subscribe(self._on_event)
             self._started = True
+
+    def _on_event(self, kind: str, payload: dict[str, Any]) -> None:
+        if kind == "clear_tf":
+            self._cleans += 1
 
     def stop(self) -> None:
         if self._started:
@@ -941,6 +966,9 @@ class LeakWatch:
                     self.shell.events.unregister(event, callback)
                 except ValueError:
                     pass  # someone unregistered it already
+            if self._unsubscribe is not None:
+                self._unsubscribe()
+                self._unsubscribe = None
             self._started = False
         self._pending = None
 
@@ -993,6 +1021,9 @@ class LeakWatch:
         one_run, left = self._one_run(run, scan_before, scan_after, imported=frameworks_after - frameworks_before,
                                       previous=previous)
         cell.add(run, source, one_run, left)
+        if one_run is not None:
+            cell.one_run_state = self._state([*one_run["held_by"], *(one_run["proof"].get("named") or {}).get(
+                "names", [])])
         if scan_before is not None and scan_after is not None and scan_after.models is not None:
             made = scan_after.models - (scan_before.models or set())
             alive = [ref for ref in cell.made_models if ref() is not None]
@@ -1000,6 +1031,10 @@ class LeakWatch:
         if len(cell.streak) >= MIN_RUNS:
             # Flagged by this run: find out, once per flagged run, what holds the growth.
             cell.evidence = self._evidence(cell, source, scan_before, scan_after, previous)
+            evidence = cell.evidence
+            cell.evidence_state = self._state([
+                *evidence["containers"], *evidence["held_by"], *evidence["models_held_by"], *evidence["tf1"],
+                *((evidence["proof"].get("named") or {}).get("names") or [])])
         while len(self._cells) > KEEP_CELLS:
             self._cells.popitem(last=False)
 
@@ -1037,6 +1072,7 @@ class LeakWatch:
             "registry_entries_freeable": entries[0] if isinstance(entries, tuple) else None,
             "registry_entries": entries[1] if isinstance(entries, tuple) else None,
             "graph_ops": {name: graph_ops(_tf1_graph(self.shell.user_ns.get(name))) for name in tf1},
+            "when": proof.when,
         }
 
     def _one_run(self, run: CellRun, before: _Scan | None, after: _Scan | None, imported: frozenset[str],
@@ -1085,11 +1121,58 @@ class LeakWatch:
     def summaries(self, recent: int | None = 10) -> list[dict[str, Any]]:
         """Flagged cells (largest growth first), then cells whose last run is named on its own
         (``one_run``, latest first), then up to ``recent`` other cells, latest run first."""
-        summaries = [cell.summary() for cell in reversed(self._cells.values())]
+        summaries = [self._as_of_now(cell, cell.summary()) for cell in reversed(self._cells.values())]
         flagged = sorted((s for s in summaries if s["flagged"]), key=lambda s: -(s["growth_per_run_bytes"] or 0))
         named = [s for s in summaries if not s["flagged"] and s["one_run"]]
         others = [s for s in summaries if not s["flagged"] and not s["one_run"]]
         return flagged + named + (others if recent is None else others[:recent])
+
+    def _state(self, names: list[str]) -> tuple[int, dict[str, int]]:
+        namespace = self.shell.user_ns
+        return self._cleans, {name: id(namespace[name]) for name in dict.fromkeys(names)
+                              if name.isidentifier() and name in namespace}
+
+    def _changes_since(self, state: tuple[int, dict[str, int]] | None) -> list[str]:
+        """What changed since advice was measured that makes it stale: a clean ran (what it freed is
+        gone, its figures are old), a name it speaks of was deleted or bound to something else."""
+        if state is None:
+            return []
+        cleans, ids = state
+        namespace = self.shell.user_ns
+        changes = ["a `%clear_tf` ran"] if self._cleans != cleans else []
+        gone = [name for name in ids if name not in namespace]
+        rebound = [name for name, ident in ids.items() if name in namespace and id(namespace[name]) != ident]
+        if gone:
+            changes.append(f"{_held_by(gone)} {'was' if len(gone) == 1 else 'were'} deleted")
+        if rebound:
+            changes.append(f"{_held_by(rebound)} {'was' if len(rebound) == 1 else 'were'} bound to something else")
+        return changes
+
+    def _as_of_now(self, cell: _Cell, summary: dict[str, Any]) -> dict[str, Any]:
+        """A summary whose advice is not repeated where the notebook changed since it was measured
+        (it was followed, or something else freed or rebound what it names): a user who ran
+        `%clear_tf models` was told again that `%clear_tf models` frees 63.9 MiB, and the command
+        then failed, `models` being gone."""
+        if summary["flagged"] and summary["fix"]:
+            changes = self._changes_since(cell.evidence_state)
+            if changes:
+                when = (cell.evidence or {}).get("when") or "then"
+                summary["fix"] = "measure_again"
+                summary["fix_text"] = _measure_again(when, changes)
+                summary["held_by"] = []
+        one_run = summary.get("one_run")
+        if one_run:
+            changes = self._changes_since(cell.one_run_state)
+            if changes:
+                held = [name for name in one_run.get("held_by") or []
+                        if name in self.shell.user_ns and (cell.one_run_state or (0, {}))[1].get(name)
+                        == id(self.shell.user_ns[name])]
+                one_run = {**one_run, "held_by": held,
+                           "remedy_text": _measure_again(_measured_after(one_run.get("execution_count")), changes),
+                           "measured_text": ""}
+                one_run["sentence"] = one_run_sentence(one_run)
+                summary["one_run"] = one_run
+        return summary
 
     def report(self, recent: int | None = 10) -> CellGrowthReport:
         return CellGrowthReport(self.summaries(recent), watching=self._started, watched_cells=len(self._cells),

@@ -411,6 +411,38 @@ def test_following_the_delete_advice_frees_the_memory(shell):
     assert rss - psutil.Process().memory_info().rss >= 10 * MIB  # 12 MiB of pages, unmapped at once
 
 
+def test_advice_once_followed_is_not_repeated(shell):
+    # A new user ran `%clear_tf models` as told; `%tf_mem --cells` then told it again ("frees at
+    # least 63.9 MiB"), and following it a second time failed: `models` was gone.
+    run(shell, SETUP)
+    _run(shell, LEAK, times=5, cell_id="keep")
+    cell = next(c for c in kerasmagic.cell_growth().flagged if c["key"] == "keep")
+    command = re.search(r"`(%clear_tf [^`]+)`", cell["fix_text"]).group(1)
+    assert command == "%clear_tf leak", cell
+    run(shell, command + " -q")
+    cell = next(c for c in kerasmagic.cell_growth().flagged if c["key"] == "keep")
+    assert cell["fix"] == "measure_again" and cell["held_by"] == [], cell
+    assert "%clear_tf leak" not in cell["fix_text"], cell["fix_text"]
+    assert "since then a `%clear_tf` ran and `leak` was deleted" in cell["fix_text"], cell["fix_text"]
+    assert "`%clear_tf leak`" not in str(kerasmagic.cell_growth())  # as advice (the cell that ran it is listed)
+    # The cell run again (a new list, growing again) is measured anew, and its advice holds again.
+    run(shell, "leak = []")
+    _run(shell, LEAK, times=4, cell_id="keep")
+    cell = next(c for c in kerasmagic.cell_growth().flagged if c["key"] == "keep")
+    assert cell["fix"] == "delete" and "`%clear_tf leak`" in cell["fix_text"], cell
+
+
+def test_a_one_run_finding_whose_holder_was_deleted_names_no_command(shell):
+    _run(shell, "import numpy as np\nbig = np.ones(120 * 2**20 // 8)", cell_id="load")
+    _run(shell, "alias = big")  # the array lives on through another name
+    _run(shell, "%clear_tf -q big")
+    cell = next(c for c in kerasmagic.cell_growth().cells if c["key"] == "load")
+    one_run = cell["one_run"]
+    assert one_run is not None and one_run["left_alive"] == 1, one_run
+    assert "%clear_tf big" not in one_run["remedy_text"] and "`big` was deleted" in one_run["remedy_text"], one_run
+    assert one_run["held_by"] == [] and "held by `big`" not in one_run["sentence"], one_run
+
+
 @pytest.mark.frameworks
 def test_a_tf1_graph_cell_is_told_of_its_graph_and_its_ops_not_to_isolate(shell):
     import weakref
