@@ -10,8 +10,9 @@ the counter every :data:`POLL_S` seconds; when the kernel dies it reads, at once
 - the kernel's exit status from ``/proc/<pid>/stat`` (field 52, readable while the dead kernel is a
   zombie, which is until its server reaps it: the pidfd wakes the watcher first);
 - the OOM-kill counter again: a rise since the reading just before the death ties the kill to it;
-- the kernel log (``/dev/kmsg``, where readable), from the watcher's start on:
-  ``Killed process <pid>`` names the victim (an older line names an earlier owner of the pid).
+- the kernel log (``/dev/kmsg``, where readable), from where the kernel opened it as it started
+  the watcher: ``Killed process <pid>`` names the victim (an older line names an earlier owner
+  of the pid).
 
 It writes these facts next to the kernel's record (``<record>.death``, 0600) and exits; where the
 record is gone (a clean end deletes it first) it writes nothing. :mod:`kerasmagic.postmortem` turns
@@ -288,6 +289,13 @@ def main(argv: list[str]) -> int:
     if not os.path.exists(record_path):
         return 0  # a clean end: the kernel deleted its record before it exited
     log_line = log.kill_line(pid)
+    signalled = (status & 0x7F) if status is not None else None
+    if log_line is None and log.readable and signalled in (signal.SIGKILL, None):
+        # The OOM killer writes its line as it kills: the pidfd can wake this process first.
+        deadline = time.monotonic() + 0.5
+        while log_line is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+            log_line = log.kill_line(pid)
     facts = {
         "pid": pid, "died_ts": round(died_ts, 3),
         "wait_status": status,

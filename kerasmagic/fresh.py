@@ -184,6 +184,13 @@ def rebound_names(code: str | ast.Module) -> set[str]:
             if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store) and node.id not in bound_at:
                 bound_at[node.id] = (statement.end_lineno or statement.lineno, statement.end_col_offset or 0)
 
+    def leaves(statement: ast.stmt) -> bool:
+        """Whether the statement can end the block before what follows it runs (a loop's own
+        ``break`` ends only the loop)."""
+        ends = (ast.Raise, ast.Return) if isinstance(statement, (ast.For, ast.AsyncFor, ast.While)) else (
+            ast.Break, ast.Continue, ast.Raise, ast.Return)
+        return any(isinstance(node, ends) for node in ast.walk(statement))
+
     def visit(statements: list[ast.stmt]) -> None:
         for statement in statements:
             if isinstance(statement, ast.Assign):
@@ -193,10 +200,13 @@ def rebound_names(code: str | ast.Module) -> set[str]:
             elif isinstance(statement, ast.AnnAssign) and statement.value is not None:
                 bind(statement.target, statement)
             elif isinstance(statement, (ast.For, ast.AsyncFor)):
-                bind(statement.target, statement.target)  # read again at each pass, bound before the body
+                # Bound once its iterable is read: `for model in model.layers` reads `model` first.
+                bind(statement.target, statement.iter)
                 visit(statement.body)  # a loop over nothing is not what a training cell does
             elif isinstance(statement, (ast.With, ast.AsyncWith)):
                 visit(statement.body)
+            if leaves(statement):
+                return  # `if stop: break`: what follows may not run
 
     visit(tree.body)
     read_early = {node.id for node in ast.walk(tree)

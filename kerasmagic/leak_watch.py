@@ -406,10 +406,11 @@ class _Cell:
         self.made_models: list[weakref.ref] = []
         #: What holds the growth, read when the cell was last flagged (:meth:`LeakWatch._evidence`).
         self.evidence: dict[str, Any] | None = None
-        #: The notebook as the evidence and the one run's finding were read: the cleans run so far and
-        #: the ids of the names they speak of (:meth:`LeakWatch._changes_since`).
-        self.evidence_state: tuple[int, dict[str, int]] | None = None
-        self.one_run_state: tuple[int, dict[str, int]] | None = None
+        #: The notebook as the evidence and the one run's finding were read: the cleans run so far
+        #: (None where a clean changes nothing the advice says) and the ids of the names they speak
+        #: of (:meth:`LeakWatch._changes_since`).
+        self.evidence_state: tuple[int | None, dict[str, int]] | None = None
+        self.one_run_state: tuple[int | None, dict[str, int]] | None = None
 
     def add(self, run: CellRun, source: str, one_run: dict[str, Any] | None = None,
             left: _Left | None = None) -> None:
@@ -1022,8 +1023,8 @@ class LeakWatch:
                                       previous=previous)
         cell.add(run, source, one_run, left)
         if one_run is not None:
-            cell.one_run_state = self._state([*one_run["held_by"], *(one_run["proof"].get("named") or {}).get(
-                "names", [])])
+            proven = (one_run["proof"].get("named") or {}).get("names") or []
+            cell.one_run_state = self._state([*one_run["held_by"], *proven], by_clean=not proven)
         if scan_before is not None and scan_after is not None and scan_after.models is not None:
             made = scan_after.models - (scan_before.models or set())
             alive = [ref for ref in cell.made_models if ref() is not None]
@@ -1031,10 +1032,10 @@ class LeakWatch:
         if len(cell.streak) >= MIN_RUNS:
             # Flagged by this run: find out, once per flagged run, what holds the growth.
             cell.evidence = self._evidence(cell, source, scan_before, scan_after, previous)
-            evidence = cell.evidence
-            cell.evidence_state = self._state([
-                *evidence["containers"], *evidence["held_by"], *evidence["models_held_by"], *evidence["tf1"],
-                *((evidence["proof"].get("named") or {}).get("names") or [])])
+            # The names the advice speaks of, not every holder the search saw (a `model` another cell
+            # rebinds must not make this advice stale).
+            advised = cell.summary()
+            cell.evidence_state = self._state(advised["held_by"], by_clean=not advised["held_by"])
         while len(self._cells) > KEEP_CELLS:
             self._cells.popitem(last=False)
 
@@ -1127,19 +1128,23 @@ class LeakWatch:
         others = [s for s in summaries if not s["flagged"] and not s["one_run"]]
         return flagged + named + (others if recent is None else others[:recent])
 
-    def _state(self, names: list[str]) -> tuple[int, dict[str, int]]:
+    def _state(self, names: list[str], *, by_clean: bool) -> tuple[int | None, dict[str, int]]:
+        """``by_clean``: the advice quotes what a plain clean frees (the output cache's, the
+        registry's entries), which the next clean frees and makes old; advice that names variables
+        stays true through a clean that leaves them."""
         namespace = self.shell.user_ns
-        return self._cleans, {name: id(namespace[name]) for name in dict.fromkeys(names)
-                              if name.isidentifier() and name in namespace}
+        return self._cleans if by_clean else None, {name: id(namespace[name]) for name in dict.fromkeys(names)
+                                                    if name.isidentifier() and name in namespace}
 
-    def _changes_since(self, state: tuple[int, dict[str, int]] | None) -> list[str]:
-        """What changed since advice was measured that makes it stale: a clean ran (what it freed is
-        gone, its figures are old), a name it speaks of was deleted or bound to something else."""
+    def _changes_since(self, state: tuple[int | None, dict[str, int]] | None) -> list[str]:
+        """What changed since advice was measured that makes it stale: a clean ran (where the advice
+        quotes what a clean frees), a name it speaks of was deleted or bound to something else."""
         if state is None:
             return []
         cleans, ids = state
         namespace = self.shell.user_ns
-        changes = ["a `%clear_tf` ran"] if self._cleans != cleans else []
+        changes = ["a clean (`%clear_tf` or `%%fresh_model`) ran"] if cleans is not None and self._cleans != cleans \
+            else []
         gone = [name for name in ids if name not in namespace]
         rebound = [name for name, ident in ids.items() if name in namespace and id(namespace[name]) != ident]
         if gone:
@@ -1160,14 +1165,20 @@ class LeakWatch:
                 summary["fix"] = "measure_again"
                 summary["fix_text"] = _measure_again(when, changes)
                 summary["held_by"] = []
+                summary["evidence"] = None  # what it measured then is not shown as if it held
         one_run = summary.get("one_run")
         if one_run:
-            changes = self._changes_since(cell.one_run_state)
-            if changes:
+            state = cell.one_run_state
+            changes = self._changes_since(state)
+            if changes and state is not None:
+                namespace = self.shell.user_ns
+                cleaned = state[0] is not None and state[0] != self._cleans
+                # A holder still there and still the same object is named; Out[n] only if no clean ran.
                 held = [name for name in one_run.get("held_by") or []
-                        if name in self.shell.user_ns and (cell.one_run_state or (0, {}))[1].get(name)
-                        == id(self.shell.user_ns[name])]
-                one_run = {**one_run, "held_by": held,
+                        if (name in state[1] and name in namespace and id(namespace[name]) == state[1][name])
+                        or (not name.isidentifier() and not cleaned)]
+                # Its proof is left out (optional on the wire): what it measured then is not shown as if it held.
+                one_run = {**{key: value for key, value in one_run.items() if key != "proof"}, "held_by": held,
                            "remedy_text": _measure_again(_measured_after(one_run.get("execution_count")), changes),
                            "measured_text": ""}
                 one_run["sentence"] = one_run_sentence(one_run)

@@ -426,10 +426,11 @@ def _reassigned_model_hints(shell, runner: _CellRunner, named: list[str]) -> lis
             if item.obj is not shell.user_ns[name]:
                 continue
             for holder in item.holders:
-                whole = holder.kind == "history" or (holder.kind == "variable" and holder.where == holder.root)
-                if whole and (holder.root in rebound or holder.root in named):
-                    roots.append(holder.root)
-                elif holder.kind in ("variable", "history"):
+                if holder.kind not in ("variable", "history"):
+                    continue  # the output cache and the last exception: the clean before the cell drops them
+                if holder.root in rebound or holder.root in named:
+                    roots.append(holder.root)  # `models` of `models[0]` too: deleting the root frees it
+                else:
                     kept.append(holder.where)
         kept = [where for where in dict.fromkeys(kept) if where not in named]
         if kept:

@@ -282,12 +282,14 @@ def crashed(result: IsolatedResult, pid: int, code: int | None, output: str, *, 
     # The job's cgroup counts the kills of every process in it: the worker's death is the OOM
     # killer's only where the worker died of SIGKILL. A worker that exited or aborted after a child
     # (a subprocess, a compiler) was OOM-killed ended by itself, and is told so.
+    # An exit status not read (a worker not reaped in time, under memory pressure) does not rule
+    # the OOM killer out: it is taken as the counter says, as before.
     oom_in_cgroup = memory_limit is not None and memory_limit.oom_killed()
-    if memory_limit is not None and oom_in_cgroup and code == -signal.SIGKILL:
+    if memory_limit is not None and oom_in_cgroup and code in (-signal.SIGKILL, None):
         return out_of_memory(result, memory_limit, memory_limit.peak_growth_bytes or None,
                              by="the out-of-memory killer of its cgroup ended its worker", at_limit=False, pid=pid)
     child_killed = ("; the out-of-memory killer of its cgroup killed another of its processes (one it started)"
-                    if oom_in_cgroup else "")
+                    if oom_in_cgroup and code is not None else "")
     shown = f"{child_killed}; its last output:\n{output}" if output else f"{child_killed}; it printed nothing"
     closed = ("closed its channel to the kernel (did it close file descriptors it had not opened, e.g. "
               "os.closerange(3, ...)?)")

@@ -120,14 +120,14 @@ def fault_site(output: str) -> str | None:
     return f"{frame} ({os.path.basename(found['path'])}:{found['line']})"
 
 
-#: The kernel log as this kernel reads it for its jobs, opened at the first map (see :func:`kernel_log_mark`).
+#: The kernel log as this kernel reads it for its jobs, opened at the first job (see :func:`kernel_log_mark`).
 _kernel_log: KernelLog | None = None
 
 
 def kernel_log_mark() -> int:
-    """Where the kernel log is now: taken before a map's jobs are forked and passed to
-    :func:`attempt_record` as ``kernel_log_since``, so that only a kill line written after it can
-    name a job's pid (pids are reused; an older line is about another process).
+    """Where the kernel log is now: taken as each local job starts (``JobRun.kernel_log_since``)
+    and passed to :func:`attempt_record` as ``kernel_log_since``, so that only a kill line written
+    after it can name the job's pid (pids are reused; an older line is about another process).
 
     Example:
         >>> kernel_log_mark() >= 0

@@ -517,7 +517,7 @@ export interface ICellSummary {
    */
   last_ts?: number;
   /**
-   * A fix code (`tf1_graph`, `delete`, `run_alone`, `keep_models`, `fresh_model`, `isolate`; a newer kernel may add others), or null without a streak.
+   * A fix code (`tf1_graph`, `delete`, `run_alone`, `keep_models`, `fresh_model`, `isolate`, `measure_again` where the notebook changed since the advice was measured; a newer kernel may add others), or null without a streak.
    */
   fix: string | null;
   /**

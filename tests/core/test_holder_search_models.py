@@ -124,7 +124,7 @@ def test_the_fresh_model_hint_names_every_holder_and_following_it_frees_the_mode
     assert shell.user_ns["alive_when_the_cell_ran"] is False
 
 
-TUNER_CELL = ("%%fresh_model -q -o{names}\n"
+TUNER_CELL = ("%%fresh_model{names} -q -o\n"
               "for trial in range(2):\n"
               "    model = make_model()\n"
               "    loss = trial_losses.pop(0)\n"
@@ -152,6 +152,21 @@ def test_the_fresh_model_hint_never_offers_a_name_the_cell_rebinds_only_sometime
     run(shell, "trial_losses = [0.7, 0.6]")
     run(shell, TUNER_CELL.format(names=f" {' '.join(offered)}" if offered else ""))
     assert shell.user_ns["best_model"] is best and shell.user_ns["best_loss"] == 0.4
+
+
+def test_a_model_also_in_a_list_the_cell_rebuilds_is_freed_by_deleting_both(keras_shell):
+    # `models[0]` holds the old model too; the cell rebinds `models` on every run: deleting it
+    # first frees the model, and the hint offers it (it once said "set models[0] to None first").
+    shell = keras_shell
+    cell = "%%fresh_model{names} -q -o\nalive = old() is not None\nmodel = make_model()\nmodels = [model]"
+    run(shell, "model = make_model()\nmodels = [model]\nold = weakref.ref(model)")
+    result = run(shell, cell.format(names=""))
+    offered = [listed for hint in result.hints for listed in re.findall(r"`%%fresh_model ([^`]*)`", hint)]
+    assert offered == ["model models"], result.hints
+    assert shell.user_ns["alive"] is True  # not followed: the old model lived while the cell ran
+    run(shell, "old = weakref.ref(model)")
+    run(shell, cell.format(names=" model models"))
+    assert shell.user_ns["alive"] is False
 
 
 def test_ops_added_to_a_graph_the_notebook_holds_are_counted_per_cell_after_a_clean(keras_shell):
