@@ -218,8 +218,12 @@ def test_two_kernels_keep_their_own_report_and_a_restart_starts_anew(lab, page, 
     assert data["historySince"] and float(data["historySince"]) >= restarted, data
     page.screenshot(path=str(artifacts / "sidebar-kernels-3-restarted.png"))
 
-    # B still has its own history and no restart note.
+    # B still has its own history and no restart note. The panel's state attributes were A's a
+    # moment before: wait for B's pid in the header (CI once read A's restart line here, under load).
     _show(page, "b.ipynb")
+    page.wait_for_function(
+        f"(pid) => (document.querySelector('{SIDEBAR} .jp-KerasMagic-kernel')?.textContent ?? '').includes(pid)",
+        arg=f"pid {b_pid_number}", timeout=60_000)
     page.wait_for_selector(f"{SIDEBAR}[data-state='connected'][data-sample-seq]", timeout=60_000)
     assert _text(page, ".jp-KerasMagic-restarted") == ""
     assert float(panel_data(page)["historySince"]) < restarted
