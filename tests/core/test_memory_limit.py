@@ -277,15 +277,18 @@ def test_an_earlier_kernels_facts_at_the_same_path_are_not_this_kernels(tmp_path
     assert "killed by the out-of-memory killer" in told, told
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc and pidfds")
-def test_the_watcher_writes_the_signal_and_the_counters_at_the_death(tmp_path):
-    from kerasmagic import death_watch
-
+def _a_kernel_to_watch(tmp_path, name: str):
+    """A counter at 3, an empty record ``name``.json and a sleeping child standing in for the kernel."""
     counter = tmp_path / "memory.oom_control"
     counter.write_text("oom_kill 3\n")
-    record = tmp_path / "k-1.json"
+    record = tmp_path / f"{name}.json"
     record.write_text("{}")
-    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    return counter, record, subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc and pidfds")
+def test_the_watcher_writes_the_signal_and_the_counters_at_the_death(tmp_path):
+    counter, record, child = _a_kernel_to_watch(tmp_path, "k-1")
     watcher = subprocess.Popen([sys.executable, "-I", "-S", death_watch.__file__, str(child.pid), str(record),
                                 str(counter)])
     try:
@@ -307,11 +310,7 @@ def test_a_kernel_dead_before_its_watcher_first_read_is_judged_on_the_kernels_re
     # The kernel reads the counter as it starts the watcher; a kernel OOM-killed before the
     # watcher's own first reading (a cell that fills memory right after %load_ext, on a loaded
     # machine) was told "not by the out-of-memory killer": the watcher first read the count after the kill.
-    counter = tmp_path / "memory.oom_control"
-    counter.write_text("oom_kill 3\n")
-    record = tmp_path / "k-2.json"
-    record.write_text("{}")
-    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    counter, record, child = _a_kernel_to_watch(tmp_path, "k-2")
     read_at = time.time()
     try:
         child.kill()  # dead (a zombie: not reaped) before the watcher starts
